@@ -1,0 +1,231 @@
+// Set-up and tear-down of one endpoint: see service.hpp.
+//
+// Order (each step undone in reverse on exit or failure): build the SA table
+// (checks keys before anything is touched) -> choose the tun I/O mode ->
+// bind the underlay socket -> derive the MTU -> create the tun, its MTU,
+// addresses, link up -> routes -> control socket -> data-plane thread ->
+// wait for SIGINT/SIGTERM.
+#include "apps/common/service.hpp"
+
+#include "apps/common/control.hpp"
+#include "apps/common/data_plane.hpp"
+#include "apps/common/log.hpp"
+#include "platform/net_config_guard.hpp"
+#include "platform/netlink.hpp"
+#include "platform/tun.hpp"
+#include "platform/udp_socket.hpp"
+#include "platform/unique_fd.hpp"
+#include "tunnel/esp_wire.hpp"
+
+#include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
+#include <csignal>
+#include <pthread.h>
+#include <stdexcept>
+#include <thread>
+
+namespace esptun {
+
+std::vector<PeerParams> peer_params(const conf::Config& config) {
+	std::vector<PeerParams> out;
+	for (const conf::PeerConfig& p : config.peers) {
+		PeerParams pp;
+		pp.name = p.name;
+		pp.endpoint = p.endpoint;
+		pp.allowed_ips = p.allowed_ips;
+		pp.cipher = p.cipher;
+		pp.esn = p.esn;
+		pp.replay_window = p.replay_window;
+		pp.out = {p.out.spi, p.out.enc_key, p.out.auth_key};
+		pp.in = {p.in.spi, p.in.enc_key, p.in.auth_key};
+		out.push_back(std::move(pp));
+	}
+	return out;
+}
+
+namespace {
+
+constexpr unsigned kFallbackUnderlayMtu = 1500;
+constexpr unsigned kIpv6MinMtu = 1280; // RFC 8200 section 5
+
+/**
+ * derive_mtu() - the tun MTU from the underlay path MTU and the cipher
+ * overhead (design notes: getting this wrong black-holes packets).
+ * The smallest over all peers wins, as one tun serves them all.
+ */
+unsigned derive_mtu(const conf::Config& config, std::string& how) {
+	unsigned best = esp::kMaxInner;
+	for (const conf::PeerConfig& p : config.peers) {
+		unsigned underlay = kFallbackUnderlayMtu;
+		bool outer_v6 = config.tunnel.listen.addr.family == Family::v6;
+		std::string where = "no endpoint yet, assuming " + std::to_string(kFallbackUnderlayMtu);
+		if (p.endpoint) {
+			outer_v6 = p.endpoint->addr.family == Family::v6;
+			if (auto m = platform::path_mtu(p.endpoint->addr)) {
+				underlay = *m;
+				where = "path to " + to_string(p.endpoint->addr);
+			} else {
+				where = "no route to " + to_string(p.endpoint->addr) + " yet, assuming " +
+				        std::to_string(kFallbackUnderlayMtu);
+			}
+		}
+		const crypto::CipherSpec& spec = crypto::cipher_spec(p.cipher);
+		unsigned inner = unsigned(esp::max_inner_mtu(spec, underlay, outer_v6));
+		if (inner < best) {
+			best = inner;
+			how = "underlay " + std::to_string(underlay) + " (" + where + ") minus " +
+			      std::string(spec.name) + (outer_v6 ? " over IPv6" : " over IPv4") + " overhead";
+		}
+	}
+	return best;
+}
+
+bool has_v6_address(const conf::Config& config) {
+	for (const IpPrefix& a : config.tunnel.addresses)
+		if (a.addr.family == Family::v6) return true;
+	return false;
+}
+
+/// Routes for the peers' allowed_ips through the tun. A prefix equal to an
+/// interface address's subnet already has the kernel's connected route. A /0
+/// becomes two /1 routes (more specific than any default route, which stays
+/// in place), and only with route_all: otherwise a /0 only widens which inner
+/// sources are accepted.
+void install_routes(const conf::Config& config, int ifindex, platform::NetConfigGuard& net) {
+	auto connected = [&](const IpPrefix& p) {
+		for (const IpPrefix& a : config.tunnel.addresses)
+			if (a.network() == p) return true;
+		return false;
+	};
+	for (const conf::PeerConfig& peer : config.peers) {
+		for (const IpPrefix& p : peer.allowed_ips) {
+			if (p.len == 0 || connected(p)) continue;
+			net.add_route(p, ifindex);
+		}
+	}
+	if (!config.tunnel.route_all) return;
+
+	// Client with route_all: keep the gateway reachable through the current
+	// default path, then send everything else into the tunnel.
+	const conf::PeerConfig& gw = config.peers.front();
+	const IpAddress& ep = gw.endpoint->addr;
+	auto current = platform::get_route(ep);
+	if (!current)
+		throw std::runtime_error("route_all: no route to the gateway " + to_string(ep) +
+		                         "; the underlay must reach it before the tunnel starts");
+	if (current->ifindex != ifindex)
+		net.add_route(IpPrefix{ep, uint8_t(ep.max_prefix())}, current->ifindex, current->gateway);
+	auto half = [](const char* text) { return *parse_prefix(text); };
+	net.add_route(half("0.0.0.0/1"), ifindex);
+	net.add_route(half("128.0.0.0/1"), ifindex);
+	if (has_v6_address(config)) {
+		net.add_route(half("::/1"), ifindex);
+		net.add_route(half("8000::/1"), ifindex);
+	}
+}
+
+/// Signals go to the control plane (Asio); the data-path thread must not
+/// take them, or its poll() would be interrupted for nothing.
+class BlockSignalsForThreads {
+public:
+	BlockSignalsForThreads() {
+		sigset_t set;
+		sigemptyset(&set);
+		sigaddset(&set, SIGINT);
+		sigaddset(&set, SIGTERM);
+		pthread_sigmask(SIG_BLOCK, &set, &old_);
+	}
+	~BlockSignalsForThreads() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+
+private:
+	sigset_t old_;
+};
+
+} // namespace
+
+void run_service(const conf::Config& config, const std::string& program) {
+	const conf::TunnelConfig& tc = config.tunnel;
+	// Signals are caught from the start: one arriving during set-up is acted
+	// on as soon as the control loop runs, after everything is in place to be
+	// undone in order.
+	asio::io_context io;
+	platform::UniqueFd stop = platform::make_eventfd();
+	asio::signal_set signals(io, SIGINT, SIGTERM);
+	signals.async_wait([&](asio::error_code ec, int sig) {
+		if (!ec)
+			log::info(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+			          ", shutting down");
+		platform::eventfd_signal(stop.get());
+		io.stop();
+	});
+
+	ServiceInfo info;
+	info.program = program;
+	info.started = std::chrono::steady_clock::now();
+	info.listen = to_string(tc.listen);
+
+	// 1. Keys and SAs first: a bad key must fail before any device exists.
+	SaTable table(peer_params(config));
+
+	// 2. Tun I/O mode. The vhost-net rings are not part of this build yet.
+	info.tun_io_mode = "direct";
+	if (tc.tun_io == conf::TunIo::vhost)
+		throw std::runtime_error("tun_io = \"vhost\": this build has no vhost-net data path yet; "
+		                         "use tun_io = \"auto\" or \"direct\"");
+	info.tun_io_reason =
+	    tc.tun_io == conf::TunIo::direct
+	        ? "tun_io = \"direct\" in the config"
+	        : "auto: this build has no vhost-net data path yet, using tun read()/write()";
+	if (tc.tun_io == conf::TunIo::automatic) log::info("tun I/O: direct (" + info.tun_io_reason + ")");
+
+	// 3. Underlay socket before the tun, so a busy port fails early.
+	platform::UdpSocket udp = platform::UdpSocket::bind(tc.listen);
+
+	// 4. MTU.
+	if (tc.mtu) {
+		info.mtu = tc.mtu;
+		info.mtu_source = "configured";
+	} else {
+		info.mtu = derive_mtu(config, info.mtu_source);
+	}
+	if (has_v6_address(config) && info.mtu < kIpv6MinMtu)
+		throw std::runtime_error(
+		    "tun MTU " + std::to_string(info.mtu) + " (" + info.mtu_source +
+		    ") is below IPv6's minimum of 1280; raise the underlay MTU or remove the "
+		    "IPv6 addresses");
+
+	// 5. The tun device, its addresses and routes.
+	platform::TunDevice tun = platform::open_tun(tc.interface);
+	info.interface = tun.name;
+	platform::set_link_mtu(tun.ifindex, info.mtu);
+	for (const IpPrefix& a : tc.addresses)
+		platform::add_address(tun.ifindex, a);
+	platform::set_link_up(tun.ifindex);
+	platform::NetConfigGuard net; // undone in reverse order on every exit path
+	install_routes(config, tun.ifindex, net);
+
+	// 6. Data plane on its own thread; control plane (signals, status socket) here.
+	DataPathStats stats;
+	ControlServer control(io, tc.control_socket, [&] { return render_status(info, stats, table); });
+	DataPlane plane(table, tun.fd.get(), udp, stats);
+	std::jthread worker;
+	{
+		BlockSignalsForThreads blocked;
+		worker = std::jthread([&] { plane.run(stop.get()); });
+	}
+	// However the control loop ends (signal or exception), the worker is
+	// told to stop before it is joined.
+	struct StopWorker {
+		int fd;
+		~StopWorker() { platform::eventfd_signal(fd); }
+	} stop_worker{stop.get()};
+	log::info(tun.name + " up: mtu " + std::to_string(info.mtu) + " (" + info.mtu_source +
+	          "), listening on " + info.listen + ", " + std::to_string(config.peers.size()) +
+	          " peer(s), control socket " + tc.control_socket);
+	io.run();
+	platform::eventfd_signal(stop.get());
+	worker.join();
+	log::info("stopped; removing " + tun.name + " and its routes");
+}
+
+} // namespace esptun

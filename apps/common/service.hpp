@@ -1,0 +1,47 @@
+// One running endpoint (gateway or client): turns a validated config into a
+// tun device, routes, an underlay socket, the data-plane thread and the
+// control socket, and takes them down again in reverse order.
+#pragma once
+
+#include "conf/config.hpp"
+#include "tunnel/counters.hpp"
+#include "tunnel/sa.hpp"
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace esptun {
+
+/// PeerParams for the SA table from the config's peers.
+std::vector<PeerParams> peer_params(const conf::Config& config);
+
+/// Facts about the running endpoint that the status JSON reports.
+struct ServiceInfo {
+	std::string program;
+	std::string interface;
+	unsigned mtu = 0;
+	std::string mtu_source; ///< "configured" or how it was derived
+	std::string listen;
+	std::string tun_io_mode;
+	std::string tun_io_reason;
+	std::chrono::steady_clock::time_point started;
+};
+
+/**
+ * render_status() - the status JSON: endpoint facts, data-path counters,
+ * and per peer its endpoint and both SAs.
+ */
+std::string render_status(const ServiceInfo& info, const DataPathStats& stats, const SaTable& table);
+
+/**
+ * run_service() - set up, forward until SIGINT/SIGTERM, tear down
+ * @config:  a validated config
+ * @program: name for logs and the status JSON
+ *
+ * Throws on set-up failure (after undoing what was already set up);
+ * returns normally after a clean shutdown.
+ */
+void run_service(const conf::Config& config, const std::string& program);
+
+} // namespace esptun

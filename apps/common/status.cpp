@@ -1,0 +1,93 @@
+// The status JSON that `status -c FILE` prints (served by control.cpp).
+#include "apps/common/json.hpp"
+#include "apps/common/service.hpp"
+
+#include <cstdio>
+
+namespace esptun {
+namespace {
+
+std::string spi_hex(uint32_t spi) {
+	char buf[16];
+	std::snprintf(buf, sizeof buf, "0x%08x", spi);
+	return buf;
+}
+
+void write_peer(JsonWriter& j, const Peer& peer) {
+	j.begin_object();
+	j.field("name", peer.name);
+	auto ep = peer.endpoint_snapshot();
+	j.key("endpoint");
+	if (ep)
+		j.value(to_string(*ep));
+	else
+		j.null();
+	j.field("endpoint_source", !ep ? "none"
+	                           : peer.endpoint_configured && peer.endpoint_changes.get() == 0
+	                               ? "configured"
+	                               : "learned");
+	j.field("endpoint_changes", peer.endpoint_changes.get());
+	j.field("last_rx_unix_ms", int64_t(peer.last_rx_unix_ms.load(std::memory_order_relaxed)));
+	j.field("cipher", peer.spec->name);
+	j.field("esn", peer.out.esn);
+	j.key("allowed_ips").begin_array();
+	for (const IpPrefix& p : peer.allowed_ips)
+		j.value(to_string(p));
+	j.end_array();
+
+	j.key("sa_out").begin_object();
+	j.field("spi", uint64_t(peer.out.spi)).field("spi_hex", spi_hex(peer.out.spi));
+	j.field("packets", peer.out.packets.get()).field("bytes", peer.out.bytes.get());
+	j.field("last_seq", uint64_t(peer.out.last_seq.load(std::memory_order_relaxed)));
+	j.end_object();
+
+	const InboundSa& in = *peer.in;
+	j.key("sa_in").begin_object();
+	j.field("spi", uint64_t(in.spi)).field("spi_hex", spi_hex(in.spi));
+	j.field("packets", in.packets.get()).field("bytes", in.bytes.get());
+	j.field("highest_seq", uint64_t(in.highest_seq.load(std::memory_order_relaxed)));
+	j.field("replay_window", uint64_t(in.replay.size()));
+	j.end_object();
+	j.end_object();
+}
+
+} // namespace
+
+std::string render_status(const ServiceInfo& info, const DataPathStats& stats, const SaTable& table) {
+	JsonWriter j;
+	j.begin_object();
+	j.field("program", info.program).field("interface", info.interface);
+	j.field("mtu", info.mtu).field("mtu_source", info.mtu_source).field("listen", info.listen);
+	j.key("tun_io")
+	    .begin_object()
+	    .field("mode", info.tun_io_mode)
+	    .field("reason", info.tun_io_reason)
+	    .end_object();
+	double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - info.started).count();
+	j.field("uptime_s", up);
+
+	j.key("counters").begin_object();
+	j.field("tun_rx_packets", stats.tun_rx_packets.get())
+	    .field("tun_tx_packets", stats.tun_tx_packets.get());
+	j.field("udp_rx_packets", stats.udp_rx_packets.get())
+	    .field("udp_tx_packets", stats.udp_tx_packets.get());
+	j.end_object();
+
+	j.key("drops").begin_object();
+	for (size_t i = 0; i < kDropReasons; i++)
+		j.field(drop_name(Drop(i)), stats.drops[i].get());
+	j.end_object();
+	j.key("ignored").begin_object();
+	for (size_t i = 0; i < kIgnoreKinds; i++)
+		j.field(ignore_name(Ignore(i)), stats.ignored[i].get());
+	j.end_object();
+
+	j.key("peers").begin_array();
+	for (const auto& peer : table.peers())
+		write_peer(j, *peer);
+	j.end_array();
+	j.end_object();
+	return j.str() + "\n";
+}
+
+} // namespace esptun

@@ -1,0 +1,217 @@
+// Config checks that need no TOML (see checks.hpp).
+#include "conf/checks.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sys/stat.h>
+
+namespace esptun::conf {
+
+namespace {
+
+constexpr size_t kIfNameMax = 15;       // IFNAMSIZ - 1
+constexpr size_t kPeerNameMax = 64;     // keeps log lines and status output readable
+constexpr size_t kKeyFileMax = 4096;    // one hex key plus whitespace is far less
+constexpr int64_t kMinSpi = 256;        // RFC 4303 section 2.1: 1..255 reserved by IANA
+constexpr int64_t kMaxSpi = 0xffffffff; // the SPI field is 32 bits
+
+const IpAddress kV6Loopback{Family::v6, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}};
+
+bool is_printable_ascii(char c) { return c > ' ' && c < 0x7f; }
+
+bool is_hex_digit(char c) {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+uint8_t hex_value(char c) {
+	if (c >= '0' && c <= '9') return static_cast<uint8_t>(c - '0');
+	if (c >= 'a' && c <= 'f') return static_cast<uint8_t>(c - 'a' + 10);
+	return static_cast<uint8_t>(c - 'A' + 10);
+}
+
+std::string octal_mode(mode_t mode) {
+	char buf[8];
+	std::snprintf(buf, sizeof(buf), "%04o", static_cast<unsigned>(mode & 07777));
+	return buf;
+}
+
+/// True when every bit of @a past the first @len bits is @bit (0 or 1).
+bool host_bits_all(const IpAddress& a, unsigned len, bool bit) {
+	for (unsigned i = len; i < a.max_prefix(); i++) {
+		bool set = (a.bytes[i / 8] >> (7 - i % 8)) & 1;
+		if (set != bit) return false;
+	}
+	return true;
+}
+
+} // namespace
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+	// Optimal string alignment distance: Levenshtein plus adjacent swaps, so
+	// "alowed_ips" and "allowde_ips" are both one edit away.
+	const size_t n = a.size(), m = b.size();
+	std::vector<size_t> d((n + 1) * (m + 1));
+	auto at = [&](size_t i, size_t j) -> size_t& { return d[i * (m + 1) + j]; };
+	for (size_t i = 0; i <= n; i++)
+		at(i, 0) = i;
+	for (size_t j = 0; j <= m; j++)
+		at(0, j) = j;
+	for (size_t i = 1; i <= n; i++) {
+		for (size_t j = 1; j <= m; j++) {
+			size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+			size_t best = std::min({at(i - 1, j) + 1, at(i, j - 1) + 1, at(i - 1, j - 1) + cost});
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+				best = std::min(best, at(i - 2, j - 2) + 1);
+			at(i, j) = best;
+		}
+	}
+	return at(n, m);
+}
+
+std::string_view closest_match(std::string_view word, std::span<const std::string_view> candidates) {
+	// Long unknown words are not typos of short keys; also keeps the cost of
+	// the table above bounded for fuzzed input.
+	if (word.size() > 64) return {};
+	size_t limit = word.size() <= 4 ? 1 : 2;
+	std::string_view best;
+	size_t best_dist = limit + 1;
+	for (std::string_view c : candidates) {
+		size_t dist = edit_distance(word, c);
+		if (dist < best_dist) {
+			best = c;
+			best_dist = dist;
+		}
+	}
+	return best;
+}
+
+std::string check_interface_name(std::string_view name) {
+	if (name.empty()) return "interface name is empty; use a name such as \"esp0\"";
+	if (name.size() > kIfNameMax)
+		return "interface name is " + std::to_string(name.size()) +
+		       " characters; Linux allows at most " + std::to_string(kIfNameMax) +
+		       " (IFNAMSIZ), e.g. \"esp0\"";
+	if (name == "." || name == "..") return "interface name cannot be \".\" or \"..\"; use e.g. \"esp0\"";
+	for (char c : name) {
+		if (!is_printable_ascii(c))
+			return "interface name contains whitespace or a control character; use letters, "
+			       "digits, "
+			       "'-' or '_', e.g. \"esp0\"";
+		// '/' and ':' are refused by the kernel (dev_valid_name); '%' would make
+		// the kernel pick the number, and the name is needed up front.
+		if (c == '/' || c == ':' || c == '%')
+			return std::string("interface name contains '") + c +
+			       "'; use letters, digits, '-' or '_', e.g. \"esp0\"";
+	}
+	return {};
+}
+
+std::string check_peer_name(std::string_view name) {
+	if (name.empty()) return "peer name is empty; give each peer a short name such as \"site-b\"";
+	if (name.size() > kPeerNameMax)
+		return "peer name is longer than " + std::to_string(kPeerNameMax) +
+		       " characters; use a shorter one";
+	for (char c : name) {
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		          c == '.' || c == '_' || c == '-';
+		if (!ok) return "peer name may only use letters, digits, '.', '_' and '-', e.g. \"site-b\"";
+	}
+	return {};
+}
+
+std::string check_spi(int64_t spi) {
+	if (spi == 0) return "spi 0 is reserved (RFC 4303 section 2.1); use a value from 0x100 to 0xffffffff";
+	if (spi > 0 && spi < kMinSpi)
+		return "spi " + std::to_string(spi) +
+		       " is in 1..255, reserved by IANA (RFC 4303 section 2.1); use a value from 0x100 to "
+		       "0xffffffff";
+	if (spi < 0 || spi > kMaxSpi) return "spi must fit in 32 bits: use a value from 0x100 to 0xffffffff";
+	return {};
+}
+
+std::string check_interface_address(const IpPrefix& p) {
+	const IpAddress& a = p.addr;
+	std::string text = to_string(p);
+	if (p.len == 0)
+		return "address " + text +
+		       " has prefix length 0; write the tunnel address with its subnet, e.g. " +
+		       (a.family == Family::v4 ? "10.99.0.1/24" : "fd99::1/64");
+	if (a.is_unspecified())
+		return "address " + text + " is the unspecified address; use this host's tunnel address";
+	bool v4 = a.family == Family::v4;
+	if (v4 ? a.bytes[0] == 127 : a == kV6Loopback)
+		return "address " + text + " is a loopback address; use this host's tunnel address";
+	if (v4 ? (a.bytes[0] & 0xf0) == 0xe0 : a.bytes[0] == 0xff)
+		return "address " + text + " is a multicast address; use this host's tunnel address";
+	// Subnets with room for hosts: the all-zeros host part names the network
+	// (IPv6: the subnet-router anycast address), all-ones is IPv4 broadcast.
+	if (p.len + 2u <= a.max_prefix()) {
+		IpAddress first = a.masked(p.len);
+		first.bytes[a.size() - 1] = static_cast<uint8_t>(first.bytes[a.size() - 1] | 1);
+		std::string hint = "; use a host address in it, e.g. " + to_string(IpPrefix{first, p.len});
+		if (host_bits_all(a, p.len, false))
+			return "address " + text + " is the network address of its subnet" + hint;
+		if (v4 && host_bits_all(a, p.len, true))
+			return "address " + text + " is the broadcast address of its subnet" + hint;
+	}
+	return {};
+}
+
+std::string decode_hex_key(std::string_view text, std::vector<uint8_t>& out) {
+	out.clear();
+	if (text.size() < 2 || text[0] != '0' || (text[1] != 'x' && text[1] != 'X'))
+		return "must be hex starting with 0x, as `ip xfrm state` takes keys (e.g. \"0x6b3a...\")";
+	std::string_view digits = text.substr(2);
+	if (digits.empty()) return "has no hex digits after 0x";
+	for (size_t i = 0; i < digits.size(); i++)
+		if (!is_hex_digit(digits[i]))
+			return "has a character that is not a hex digit at position " +
+			       std::to_string(i + 3) + "; use only 0-9 and a-f after 0x";
+	if (digits.size() % 2 != 0)
+		return "has an odd number of hex digits (" + std::to_string(digits.size()) +
+		       "); each byte takes two digits";
+	out.reserve(digits.size() / 2);
+	for (size_t i = 0; i < digits.size(); i += 2)
+		out.push_back(static_cast<uint8_t>(hex_value(digits[i]) << 4 | hex_value(digits[i + 1])));
+	return {};
+}
+
+std::string read_key_file(const std::filesystem::path& path, std::string& text) {
+	text.clear();
+	const std::string name = path.string();
+	// stat() before opening: only regular files are opened, so a path to a
+	// FIFO or a device can neither block nor touch hardware.
+	struct stat st {};
+	if (::stat(name.c_str(), &st) != 0)
+		return "cannot read key file " + name + ": " + std::strerror(errno) + "; check the path";
+	if (!S_ISREG(st.st_mode)) return "key file " + name + " is not a regular file";
+	if ((st.st_mode & 077) != 0)
+		return "key file " + name + " has mode " + octal_mode(st.st_mode) +
+		       ", so group or others may access it; run: chmod 600 " + name;
+	if (st.st_size > static_cast<off_t>(kKeyFileMax))
+		return "key file " + name + " is larger than " + std::to_string(kKeyFileMax) +
+		       " bytes; it should hold one 0x... hex key";
+
+	std::ifstream in(path, std::ios::binary);
+	if (!in) return "cannot open key file " + name + "; check its owner and permissions";
+	std::string data(kKeyFileMax + 1, '\0');
+	in.read(data.data(), static_cast<std::streamsize>(data.size()));
+	if (in.bad()) return "cannot read key file " + name;
+	data.resize(static_cast<size_t>(in.gcount()));
+	if (data.size() > kKeyFileMax) return "key file " + name + " grew while being read";
+
+	auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+	size_t b = 0, e = data.size();
+	while (b < e && is_space(data[b]))
+		b++;
+	while (e > b && is_space(data[e - 1]))
+		e--;
+	text = data.substr(b, e - b);
+	return {};
+}
+
+} // namespace esptun::conf

@@ -1,0 +1,44 @@
+// Config checks that need no TOML: names, keys, SPIs, addresses, key files.
+// conf/config.cpp walks the TOML tree and calls these; each returns an empty
+// string when the value is fine, else a message that says how to fix it.
+#pragma once
+
+#include "tunnel/inet.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace esptun::conf {
+
+/// Edit distance (insert, delete, substitute, swap two neighbours).
+size_t edit_distance(std::string_view a, std::string_view b);
+/// The candidate closest to @word when it is near enough to be a typo, else "".
+std::string_view closest_match(std::string_view word, std::span<const std::string_view> candidates);
+
+/// A tun device name the kernel accepts (dev_valid_name) and we can put in a path.
+std::string check_interface_name(std::string_view name);
+/// A peer name: 1..64 of [A-Za-z0-9._-] (it appears in logs and on the control socket).
+std::string check_peer_name(std::string_view name);
+/// SPI 0 is never sent and 1..255 are reserved by IANA (RFC 4303 section 2.1).
+std::string check_spi(int64_t spi);
+/// An address to put on the tunnel interface (host bits kept).
+std::string check_interface_address(const IpPrefix& p);
+
+/**
+ * decode_hex_key() - "0x0123..." (as `ip xfrm state` takes keys) into bytes.
+ * The message never repeats the key text: it is a secret.
+ */
+std::string decode_hex_key(std::string_view text, std::vector<uint8_t>& out);
+
+/**
+ * read_key_file() - the text of a key file, surrounding whitespace trimmed.
+ * Only regular files are opened, and only when group and others have no
+ * access to them (st_mode & 077 == 0).
+ */
+std::string read_key_file(const std::filesystem::path& path, std::string& text);
+
+} // namespace esptun::conf

@@ -1,0 +1,660 @@
+// The config loader: parses TOML with toml++ and validates it into the plain
+// structs of config.hpp. The only file that includes toml++. Every problem is
+// a ConfigError naming the line and saying how to fix it.
+#include "conf/config.hpp"
+
+#include "conf/checks.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sys/stat.h>
+
+namespace esptun::conf {
+
+namespace fs = std::filesystem;
+
+ConfigError::ConfigError(const std::string& source, int line, const std::string& message)
+    : std::runtime_error(line > 0 ? source + ":" + std::to_string(line) + ": " + message
+                                  : source + ": " + message),
+      line_(line) {}
+
+std::string_view tun_io_name(TunIo io) noexcept {
+	switch (io) {
+	case TunIo::automatic:
+		return "auto";
+	case TunIo::vhost:
+		return "vhost";
+	case TunIo::direct:
+		return "direct";
+	}
+	return "?";
+}
+
+namespace {
+
+constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
+constexpr std::string_view kTunnelKeys[] = {"interface", "addresses",      "listen",   "mtu",
+                                            "tun_io",    "control_socket", "route_all"};
+constexpr std::string_view kPeerKeys[] = {"name", "endpoint",      "allowed_ips", "cipher",
+                                          "esn",  "replay_window", "out",         "in"};
+constexpr std::string_view kSaKeys[] = {"spi",          "key",      "key_file",     "enc_key",
+                                        "enc_key_file", "auth_key", "auth_key_file"};
+
+constexpr uint32_t kMinMtu = 576;      // RFC 791: every IPv4 host takes 576-byte datagrams
+constexpr uint32_t kMinMtuIpv6 = 1280; // RFC 8200 section 5
+constexpr uint32_t kMaxMtu = 65535;
+constexpr size_t kSunPathMax = 107; // sizeof(sockaddr_un::sun_path) - 1
+
+int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
+int line_of(const toml::key& k) { return static_cast<int>(k.source().begin.line); }
+
+std::string_view type_name(toml::node_type t) {
+	switch (t) {
+	case toml::node_type::table:
+		return "a table";
+	case toml::node_type::array:
+		return "an array";
+	case toml::node_type::string:
+		return "a string";
+	case toml::node_type::integer:
+		return "an integer";
+	case toml::node_type::floating_point:
+		return "a floating-point number";
+	case toml::node_type::boolean:
+		return "a boolean";
+	case toml::node_type::date:
+		return "a date";
+	case toml::node_type::time:
+		return "a time";
+	case toml::node_type::date_time:
+		return "a date-time";
+	case toml::node_type::none:
+		break;
+	}
+	return "nothing";
+}
+
+std::string q(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+/// A value found in a table together with the line it sits on.
+template <typename T> struct Found {
+	T value;
+	int line;
+};
+
+/// Cross-peer bookkeeping: which peer (and line) already claimed a value.
+struct Claim {
+	std::string peer;
+	int line;
+};
+
+class Loader {
+public:
+	Loader(const std::string& source, Role role, const fs::path& base_dir)
+	    : source_(source), role_(role), base_dir_(base_dir) {}
+
+	Config load(std::string_view text);
+
+private:
+	[[noreturn]] void fail(int line, const std::string& message) const {
+		throw ConfigError(source_, line, message);
+	}
+
+	void check_keys(const toml::table& t, std::span<const std::string_view> allowed,
+	                std::string_view where);
+	const toml::node* typed(const toml::table& t, std::string_view key, std::string_view where,
+	                        toml::node_type want, std::string_view hint = {});
+	std::optional<Found<std::string>> get_string(const toml::table& t, std::string_view key,
+	                                             std::string_view where);
+	std::optional<Found<int64_t>> get_int(const toml::table& t, std::string_view key,
+	                                      std::string_view where, std::string_view hint = {});
+	std::optional<Found<bool>> get_bool(const toml::table& t, std::string_view key,
+	                                    std::string_view where);
+	std::vector<Found<std::string>> get_strings(const toml::table& t, std::string_view key,
+	                                            std::string_view where, int* line);
+
+	void parse_tunnel(const toml::table& t);
+	void parse_peers(const toml::node& n);
+	PeerConfig parse_peer(const toml::table& t);
+	void parse_allowed_ips(const toml::table& t, PeerConfig& peer);
+	SaConfig parse_sa(const toml::table& peer_table, const PeerConfig& peer, std::string_view dir,
+	                  const crypto::CipherSpec& spec);
+	std::vector<uint8_t> parse_key(const toml::table& t, int table_line, std::string_view where,
+	                               std::string_view name, size_t want_len,
+	                               const crypto::CipherSpec& spec);
+	void check_role(int top_line);
+
+	const std::string& source_;
+	Role role_;
+	fs::path base_dir_;
+	Config config_;
+	bool has_ipv6_address_ = false;
+	int tunnel_line_ = 0;
+	int mtu_line_ = 0;
+	int route_all_line_ = 0;
+	int listen_line_ = 0;
+	std::map<std::string, int> names_;
+	std::map<uint32_t, Claim> in_spis_, out_spis_;
+	std::vector<std::pair<IpPrefix, Claim>> routes_;
+};
+
+/**
+ * check_ascii() - refuse non-ASCII text except in whole-line comments.
+ * toml++ 3.3.0 (Debian's) reaches __builtin_unreachable() in its Unicode
+ * whitespace tables for many non-ASCII code points (U+00A1..U+0499 among
+ * them) in keys, after values and after a backslash: undefined behaviour
+ * that libFuzzer found within a minute (upstream issues #190 and #295).
+ * Every value esptun reads is ASCII, so only comments need more; a comment
+ * line is passed through unless a backslash precedes the non-ASCII byte.
+ */
+void check_ascii(std::string_view text, const std::string& source) {
+	if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3); // UTF-8 byte order mark
+	int line = 1;
+	bool comment_line = false, line_start = true;
+	for (size_t i = 0, col = 1; i < text.size(); i++, col++) {
+		char c = text[i];
+		if (c == '\n') {
+			line++;
+			col = 0;
+			comment_line = false;
+			line_start = true;
+			continue;
+		}
+		if (line_start && c != ' ' && c != '\t') {
+			line_start = false;
+			comment_line = c == '#';
+		}
+		if (static_cast<unsigned char>(c) < 0x80) continue;
+		if (comment_line && text[i - 1] != '\\') continue;
+		throw ConfigError(
+		    source, line,
+		    "non-ASCII character at column " + std::to_string(col) +
+		        "; esptun configs are plain ASCII (other text is allowed only in whole-line "
+		        "# comments)");
+	}
+}
+
+Config Loader::load(std::string_view text) {
+	check_ascii(text, source_);
+	toml::table root;
+	try {
+		root = toml::parse(text, source_);
+	} catch (const toml::parse_error& e) {
+		const auto& where = e.source().begin;
+		fail(static_cast<int>(where.line), "TOML syntax error at column " +
+		                                       std::to_string(where.column) + ": " +
+		                                       std::string(e.description()));
+	}
+	config_.source = source_;
+	config_.role = role_;
+	check_keys(root, kTopKeys, "the top level");
+
+	config_.tunnel.listen = Endpoint{IpAddress::v4(0), kDefaultPort};
+	if (const toml::node* n = typed(root, "tunnel", "the top level", toml::node_type::table,
+	                                "write the tunnel settings under a [tunnel] header")) {
+		tunnel_line_ = line_of(*n);
+		parse_tunnel(*n->as_table());
+	}
+	if (config_.tunnel.control_socket.empty())
+		config_.tunnel.control_socket = "/run/esptun/" + config_.tunnel.interface + ".sock";
+
+	if (const toml::node* n = root.get("peer")) parse_peers(*n);
+	check_role(tunnel_line_ > 0 ? tunnel_line_ : 1);
+	return std::move(config_);
+}
+
+void Loader::check_keys(const toml::table& t, std::span<const std::string_view> allowed,
+                        std::string_view where) {
+	for (auto&& [key, value] : t) {
+		std::string_view k = key.str();
+		if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
+		std::string msg = "unknown key " + q(k) + " in " + std::string(where);
+		std::string_view guess = closest_match(k, allowed);
+		if (!guess.empty()) {
+			msg += "; did you mean " + q(guess) + "?";
+		} else {
+			msg += "; known keys are";
+			for (size_t i = 0; i < allowed.size(); i++)
+				msg += (i ? ", " : " ") + std::string(allowed[i]);
+		}
+		fail(line_of(key), msg);
+	}
+}
+
+/// The node at @key when it has type @want; nullptr when absent; an error otherwise.
+const toml::node* Loader::typed(const toml::table& t, std::string_view key, std::string_view where,
+                                toml::node_type want, std::string_view hint) {
+	const toml::node* n = t.get(key);
+	if (!n) return nullptr;
+	if (n->type() != want) {
+		std::string msg = q(key) + " in " + std::string(where) + " must be " +
+		                  std::string(type_name(want)) + ", not " + std::string(type_name(n->type()));
+		if (!hint.empty()) msg += "; " + std::string(hint);
+		fail(line_of(*n), msg);
+	}
+	return n;
+}
+
+std::optional<Found<std::string>> Loader::get_string(const toml::table& t, std::string_view key,
+                                                     std::string_view where) {
+	const toml::node* n = typed(t, key, where, toml::node_type::string, "put the value in double quotes");
+	if (!n) return std::nullopt;
+	return Found<std::string>{**n->as_string(), line_of(*n)};
+}
+
+std::optional<Found<int64_t>> Loader::get_int(const toml::table& t, std::string_view key,
+                                              std::string_view where, std::string_view hint) {
+	const toml::node* n = typed(t, key, where, toml::node_type::integer, hint);
+	if (!n) return std::nullopt;
+	return Found<int64_t>{**n->as_integer(), line_of(*n)};
+}
+
+std::optional<Found<bool>> Loader::get_bool(const toml::table& t, std::string_view key,
+                                            std::string_view where) {
+	const toml::node* n =
+	    typed(t, key, where, toml::node_type::boolean, "write true or false, without quotes");
+	if (!n) return std::nullopt;
+	return Found<bool>{**n->as_boolean(), line_of(*n)};
+}
+
+/// An array of strings; @line gets the array's own line (0 when absent).
+std::vector<Found<std::string>> Loader::get_strings(const toml::table& t, std::string_view key,
+                                                    std::string_view where, int* line) {
+	std::vector<Found<std::string>> out;
+	*line = 0;
+	const toml::node* n =
+	    typed(t, key, where, toml::node_type::array,
+	          "write a list in brackets, e.g. " + std::string(key) + " = [\"10.0.0.0/24\"]");
+	if (!n) return out;
+	*line = line_of(*n);
+	for (const toml::node& item : *n->as_array()) {
+		const auto* s = item.as_string();
+		if (!s)
+			fail(line_of(item) > 0 ? line_of(item) : *line,
+			     "every entry of " + q(key) + " in " + std::string(where) +
+			         " must be a string, not " + std::string(type_name(item.type())) +
+			         "; put each entry in double quotes");
+		out.push_back({**s, line_of(item) > 0 ? line_of(item) : *line});
+	}
+	return out;
+}
+
+void Loader::parse_tunnel(const toml::table& t) {
+	constexpr std::string_view where = "[tunnel]";
+	TunnelConfig& tc = config_.tunnel;
+	check_keys(t, kTunnelKeys, where);
+
+	if (auto v = get_string(t, "interface", where)) {
+		if (auto err = check_interface_name(v->value); !err.empty()) fail(v->line, err);
+		tc.interface = v->value;
+	}
+
+	int line = 0;
+	for (const auto& a : get_strings(t, "addresses", where, &line)) {
+		auto p = parse_prefix(a.value);
+		if (!p)
+			fail(a.line,
+			     "addresses entry " + q(a.value) +
+			         " is not an address with prefix length; write e.g. \"10.99.0.1/24\" or "
+			         "\"fd99::1/64\"");
+		if (auto err = check_interface_address(*p); !err.empty()) fail(a.line, err);
+		if (std::find(tc.addresses.begin(), tc.addresses.end(), *p) != tc.addresses.end())
+			fail(a.line, "address " + a.value + " is listed twice in addresses; remove one");
+		if (p->addr.family == Family::v6) has_ipv6_address_ = true;
+		tc.addresses.push_back(*p);
+	}
+
+	if (auto v = get_string(t, "listen", where)) {
+		auto e = parse_endpoint(v->value, kDefaultPort);
+		if (!e)
+			fail(v->line, "listen " + q(v->value) +
+			                  " is not a UDP address; write e.g. \"0.0.0.0:4500\" or "
+			                  "\"[::]:4500\" (IPv6 in "
+			                  "brackets; the port defaults to 4500, 1..65535)");
+		tc.listen = *e;
+		listen_line_ = v->line;
+	}
+
+	if (auto v = get_int(t, "mtu", where)) {
+		mtu_line_ = v->line;
+		if (v->value != 0 && (v->value < kMinMtu || v->value > kMaxMtu))
+			fail(v->line, "mtu " + std::to_string(v->value) +
+			                  " is out of range; use 0 (derive it from the " +
+			                  "underlay and cipher) or " + std::to_string(kMinMtu) + ".." +
+			                  std::to_string(kMaxMtu));
+		tc.mtu = static_cast<uint32_t>(v->value);
+	}
+	if (has_ipv6_address_ && tc.mtu != 0 && tc.mtu < kMinMtuIpv6)
+		fail(mtu_line_,
+		     "mtu " + std::to_string(tc.mtu) + " is below " + std::to_string(kMinMtuIpv6) +
+		         ", the IPv6 minimum (RFC 8200 section 5), and the tunnel has an IPv6 address; "
+		         "use 0 or at least 1280");
+
+	if (auto v = get_string(t, "tun_io", where)) {
+		if (v->value == "auto")
+			tc.tun_io = TunIo::automatic;
+		else if (v->value == "vhost")
+			tc.tun_io = TunIo::vhost;
+		else if (v->value == "direct")
+			tc.tun_io = TunIo::direct;
+		else
+			fail(v->line,
+			     "tun_io " + q(v->value) + " is unknown; use \"auto\", \"vhost\" or \"direct\"");
+	}
+
+	if (auto v = get_string(t, "control_socket", where)) {
+		if (v->value.empty() || v->value[0] != '/')
+			fail(v->line, "control_socket must be an absolute path, e.g. \"/run/esptun/" +
+			                  tc.interface + ".sock\"");
+		if (v->value.size() > kSunPathMax || v->value.find('\0') != std::string::npos)
+			fail(v->line,
+			     "control_socket path is longer than " + std::to_string(kSunPathMax) +
+			         " bytes (the unix socket limit) or holds a NUL; use a shorter path");
+		tc.control_socket = v->value;
+	}
+
+	if (auto v = get_bool(t, "route_all", where)) {
+		tc.route_all = v->value;
+		route_all_line_ = v->line;
+	}
+}
+
+void Loader::parse_peers(const toml::node& n) {
+	if (n.is_table())
+		fail(line_of(n),
+		     "'peer' must be a list of tables: write the header as [[peer]], with double brackets");
+	const toml::array* arr = n.as_array();
+	if (!arr)
+		fail(line_of(n),
+		     "'peer' must be a list of [[peer]] tables, not " + std::string(type_name(n.type())));
+	for (const toml::node& item : *arr) {
+		const toml::table* t = item.as_table();
+		if (!t)
+			fail(line_of(item) > 0 ? line_of(item) : line_of(n),
+			     "every 'peer' entry must be a table; write each peer under a [[peer]] header");
+		config_.peers.push_back(parse_peer(*t));
+	}
+}
+
+PeerConfig Loader::parse_peer(const toml::table& t) {
+	constexpr std::string_view where = "[[peer]]";
+	PeerConfig peer;
+	peer.line = line_of(t);
+	check_keys(t, kPeerKeys, where);
+
+	auto name = get_string(t, "name", where);
+	if (!name) fail(peer.line, "[[peer]] has no name; add name = \"site-b\" (any short unique name)");
+	if (auto err = check_peer_name(name->value); !err.empty()) fail(name->line, err);
+	peer.name = name->value;
+	if (auto [it, fresh] = names_.emplace(peer.name, name->line); !fresh)
+		fail(name->line, "peer name " + q(peer.name) + " is already used on line " +
+		                     std::to_string(it->second) + "; give every peer its own name");
+
+	auto cipher = get_string(t, "cipher", where);
+	std::string names;
+	for (const auto& c : crypto::all_ciphers())
+		names += (names.empty() ? "" : ", ") + std::string(c.name);
+	if (!cipher) fail(peer.line, "peer " + q(peer.name) + " has no cipher; add cipher = one of " + names);
+	const crypto::CipherSpec* spec = crypto::find_cipher(cipher->value);
+	if (!spec) {
+		std::vector<std::string_view> known;
+		for (const auto& c : crypto::all_ciphers())
+			known.push_back(c.name);
+		std::string_view guess = closest_match(cipher->value, known);
+		fail(cipher->line, "cipher " + q(cipher->value) + " is unknown" +
+		                       (guess.empty() ? "" : "; did you mean " + q(guess) + "?") +
+		                       " (supported: " + names + ")");
+	}
+	peer.cipher = spec->id;
+
+	if (auto v = get_string(t, "endpoint", where)) {
+		auto e = parse_endpoint(v->value, kDefaultPort);
+		if (!e)
+			fail(v->line,
+			     "endpoint " + q(v->value) +
+			         " is not a UDP address; write e.g. \"198.51.100.7:4500\" or "
+			         "\"[2001:db8::7]:4500\" (IPv6 in brackets; the port defaults to 4500)");
+		if (e->addr.is_unspecified())
+			fail(v->line, "endpoint " + q(v->value) +
+			                  " is the unspecified address; give the peer's real address, or "
+			                  "leave endpoint "
+			                  "out on a gateway to learn it");
+		const Endpoint& listen = config_.tunnel.listen;
+		if (e->addr.family == Family::v6 && listen.addr.family == Family::v4)
+			fail(v->line, "endpoint " + q(v->value) + " is IPv6 but [tunnel] listen is IPv4 (" +
+			                  to_string(listen) +
+			                  "); set listen = \"[::]:" + std::to_string(listen.port) + "\"");
+		if (e->addr.family == Family::v4 && listen.addr.family == Family::v6 &&
+		    !listen.addr.is_unspecified())
+			fail(v->line, "endpoint " + q(v->value) +
+			                  " is IPv4 but [tunnel] listen is the IPv6 address " +
+			                  to_string(listen) + "; listen on an IPv4 address or on [::]");
+		peer.endpoint = *e;
+	}
+
+	parse_allowed_ips(t, peer);
+
+	if (auto v = get_bool(t, "esn", where)) peer.esn = v->value;
+	if (auto v = get_int(t, "replay_window", where)) {
+		if (v->value < 0 || v->value > kMaxReplayWindow)
+			fail(v->line, "replay_window " + std::to_string(v->value) +
+			                  " is out of range; use 0 (no replay " + "check) up to " +
+			                  std::to_string(kMaxReplayWindow) + "; the default is " +
+			                  std::to_string(kDefaultReplayWindow));
+		peer.replay_window = static_cast<uint32_t>(v->value);
+	}
+
+	peer.out = parse_sa(t, peer, "out", *spec);
+	peer.in = parse_sa(t, peer, "in", *spec);
+	return peer;
+}
+
+void Loader::parse_allowed_ips(const toml::table& t, PeerConfig& peer) {
+	int line = 0;
+	auto entries = get_strings(t, "allowed_ips", "[[peer]]", &line);
+	if (entries.empty())
+		fail(line > 0 ? line : peer.line,
+		     "peer " + q(peer.name) +
+		         " needs allowed_ips: the inner addresses routed to it and accepted " +
+		         "from it, e.g. allowed_ips = [\"10.99.0.2/32\", \"192.168.50.0/24\"]");
+	for (const auto& a : entries) {
+		auto p = parse_prefix(a.value);
+		if (!p)
+			fail(a.line, "allowed_ips entry " + q(a.value) +
+			                 " is not an address or prefix; write e.g. \"192.168.50.0/24\" or "
+			                 "\"10.99.0.2/32\"");
+		if (p->network() != *p)
+			fail(a.line,
+			     "allowed_ips entry " + q(a.value) + " has host bits set; did you mean " +
+			         q(to_string(p->network())) + " (the network) or " +
+			         q(to_string(IpPrefix{p->addr, static_cast<uint8_t>(p->addr.max_prefix())})) +
+			         " (just that host)?");
+		for (const auto& [other, claim] : routes_) {
+			if (!p->overlaps(other)) continue;
+			std::string owner =
+			    claim.peer == peer.name ? "this same peer" : "peer " + q(claim.peer);
+			fail(a.line, "allowed_ips entry " + q(a.value) + " overlaps " + q(to_string(other)) +
+			                 " of " + owner + " (line " + std::to_string(claim.line) +
+			                 "); each inner address must belong to exactly one peer, so remove "
+			                 "or narrow one");
+		}
+		routes_.push_back({*p, Claim{peer.name, a.line}});
+		peer.allowed_ips.push_back(*p);
+	}
+}
+
+SaConfig Loader::parse_sa(const toml::table& peer_table, const PeerConfig& peer, std::string_view dir,
+                          const crypto::CipherSpec& spec) {
+	const bool out = dir == "out";
+	const std::string where = "[peer." + std::string(dir) + "]";
+	const char* role = out ? "the SA this side sends with" : "the SA this side receives with";
+	const toml::node* n = peer_table.get(dir);
+	if (!n)
+		fail(peer.line, "peer " + q(peer.name) + " has no " + where + " table (" + role + "); add " +
+		                    where + " with spi and keys after the peer's other keys");
+	const toml::table* t = n->as_table();
+	if (!t)
+		fail(line_of(*n), q(dir) + " in [[peer]] must be a table, not " +
+		                      std::string(type_name(n->type())) + "; write it under its own " +
+		                      where + " header");
+	const int line = line_of(*t) > 0 ? line_of(*t) : peer.line;
+	check_keys(*t, kSaKeys, where);
+
+	SaConfig sa;
+	auto spi = get_int(*t, "spi", where, "write it as a number without quotes, e.g. spi = 0x1001");
+	if (!spi) fail(line, where + " of peer " + q(peer.name) + " has no spi; add e.g. spi = 0x1001");
+	if (auto err = check_spi(spi->value); !err.empty()) fail(spi->line, err);
+	sa.spi = static_cast<uint32_t>(spi->value);
+	// Inbound SPIs select the SA for a received packet (RFC 4303 section
+	// 4.1), so they must be unique here; outbound ones are unique too, as
+	// they are the peers' inbound SPIs and a shared one is a copy-paste slip.
+	auto& claims = out ? out_spis_ : in_spis_;
+	if (auto [it, fresh] = claims.emplace(sa.spi, Claim{peer.name, spi->line}); !fresh) {
+		char hex[16];
+		std::snprintf(hex, sizeof(hex), "0x%x", static_cast<unsigned>(sa.spi));
+		fail(spi->line, "spi " + std::string(hex) + " in " + where + " is already used by peer " +
+		                    q(it->second.peer) + " (line " + std::to_string(it->second.line) +
+		                    "); every " + (out ? "outbound" : "inbound") + " SPI must be unique");
+	}
+
+	if (spec.aead) {
+		for (std::string_view k : {"enc_key", "enc_key_file", "auth_key", "auth_key_file"})
+			if (const toml::node* bad = t->get(k))
+				fail(
+				    line_of(*bad),
+				    q(k) + " is for CBC ciphers; cipher " + q(spec.name) +
+				        " takes one 'key': the AES key followed by the 4-byte salt, as `ip " +
+				        "xfrm ... aead rfc4106(gcm(aes)) 0x... 128` takes it");
+		sa.enc_key = parse_key(*t, line, where, "key", spec.enc_key_len, spec);
+	} else {
+		for (std::string_view k : {"key", "key_file"})
+			if (const toml::node* bad = t->get(k))
+				fail(line_of(*bad), q(k) + " is for GCM ciphers; cipher " + q(spec.name) +
+				                        " takes 'enc_key' (" +
+				                        std::to_string(spec.enc_key_len) +
+				                        " bytes) and 'auth_key' (" +
+				                        std::to_string(spec.auth_key_len) + " bytes)");
+		sa.enc_key = parse_key(*t, line, where, "enc_key", spec.enc_key_len, spec);
+		sa.auth_key = parse_key(*t, line, where, "auth_key", spec.auth_key_len, spec);
+	}
+	return sa;
+}
+
+std::vector<uint8_t> Loader::parse_key(const toml::table& t, int table_line, std::string_view where,
+                                       std::string_view name, size_t want_len,
+                                       const crypto::CipherSpec& spec) {
+	const std::string file_key = std::string(name) + "_file";
+	const std::string w(where);
+	const std::string size_text =
+	    std::to_string(want_len) + " bytes (0x followed by " + std::to_string(want_len * 2) +
+	    " hex digits" +
+	    (spec.aead ? ": the " + std::to_string(want_len - 4) + "-byte AES key, then the 4-byte salt)"
+	               : ")");
+	auto inline_key = get_string(t, name, where);
+	auto file = get_string(t, file_key, where);
+	if (inline_key && file)
+		fail(file->line, "give either " + q(name) + " or " + q(file_key) + " in " + w + ", not both");
+	if (!inline_key && !file)
+		fail(table_line, w + " has no " + q(name) + "; add " + std::string(name) +
+		                     " = \"0x...\" with " + size_text + ", or " + file_key +
+		                     " = \"path\" naming a file that holds it");
+
+	std::string text;
+	std::string what = q(name) + " in " + w;
+	int line = 0;
+	if (inline_key) {
+		text = inline_key->value;
+		line = inline_key->line;
+	} else {
+		line = file->line;
+		if (file->value.empty() || file->value.find('\0') != std::string::npos)
+			fail(line, q(file_key) + " in " + w + " must name a file");
+		fs::path path =
+		    fs::path(file->value).is_absolute() ? fs::path(file->value) : base_dir_ / file->value;
+		if (auto err = read_key_file(path, text); !err.empty()) fail(line, err);
+		what = "the key in " + path.string() + " (" + q(file_key) + " in " + w + ")";
+	}
+
+	std::vector<uint8_t> key;
+	if (auto err = decode_hex_key(text, key); !err.empty()) fail(line, what + " " + err);
+	if (key.size() != want_len)
+		fail(line, what + " is " + std::to_string(key.size()) + " bytes, but cipher " + q(spec.name) +
+		               " needs " + size_text);
+	return key;
+}
+
+void Loader::check_role(int top_line) {
+	const TunnelConfig& tc = config_.tunnel;
+	auto& peers = config_.peers;
+	if (role_ == Role::gateway) {
+		if (peers.empty())
+			fail(top_line, "a gateway config needs at least one [[peer]]; add one [[peer]] table "
+			               "per site or "
+			               "client");
+		if (tc.route_all)
+			fail(route_all_line_,
+			     "route_all is only for a client (it sends all traffic to its gateway); "
+			     "remove it from the gateway config");
+		return;
+	}
+
+	if (peers.empty())
+		fail(top_line,
+		     "a client config needs exactly one [[peer]]: its gateway; add a [[peer]] table");
+	if (peers.size() > 1)
+		fail(peers[1].line,
+		     "a client config has exactly one [[peer]] (its gateway), but this is a second one; "
+		     "remove it, or run the gateway program for several peers");
+	const PeerConfig& gw = peers[0];
+	if (!gw.endpoint)
+		fail(gw.line, "peer " + q(gw.name) +
+		                  " has no endpoint; a client must know where its gateway is: " +
+		                  "add endpoint = \"198.51.100.7:4500\"");
+	if (!tc.route_all) return;
+	auto has = [&](std::string_view text) {
+		return std::find(gw.allowed_ips.begin(), gw.allowed_ips.end(), *parse_prefix(text)) !=
+		       gw.allowed_ips.end();
+	};
+	if (!has("0.0.0.0/0"))
+		fail(route_all_line_, "route_all = true sends all traffic through the tunnel, so peer " +
+		                          q(gw.name) + " (line " + std::to_string(gw.line) +
+		                          ") must accept it: add \"0.0.0.0/0\" to its allowed_ips");
+	if (has_ipv6_address_ && !has("::/0"))
+		fail(route_all_line_,
+		     "route_all = true and the tunnel has an IPv6 address, so peer " + q(gw.name) +
+		         " (line " + std::to_string(gw.line) +
+		         ") must accept all IPv6 traffic too: add \"::/0\" to its allowed_ips");
+}
+
+} // namespace
+
+Config parse_config(std::string_view text, const std::string& source, Role role, const fs::path& base_dir) {
+	return Loader(source, role, base_dir).load(text);
+}
+
+Config load_config(const fs::path& path, Role role) {
+	const std::string source = path.string();
+	constexpr std::uintmax_t kMaxConfigSize = 16u << 20;
+	// Only regular files: a path to a FIFO or device must not block or touch it.
+	struct stat st {};
+	if (::stat(source.c_str(), &st) != 0)
+		throw ConfigError(source, 0, std::string("cannot read config: ") + std::strerror(errno));
+	if (!S_ISREG(st.st_mode)) throw ConfigError(source, 0, "config is not a regular file");
+	if (static_cast<std::uintmax_t>(st.st_size) > kMaxConfigSize)
+		throw ConfigError(source, 0, "config is larger than 16 MiB; is this the right file?");
+	std::ifstream in(path, std::ios::binary);
+	if (!in) throw ConfigError(source, 0, "cannot open config; check the path and its permissions");
+	std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+	if (in.bad()) throw ConfigError(source, 0, "cannot read config");
+	fs::path base = path.parent_path();
+	return parse_config(text, source, role, base.empty() ? fs::path(".") : base);
+}
+
+} // namespace esptun::conf

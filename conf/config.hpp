@@ -1,0 +1,90 @@
+// Plain config structs for one endpoint, and the loader. conf/ is the only
+// place that includes toml++; everything else sees these values.
+#pragma once
+
+#include "crypto/esp_transform.hpp"
+#include "tunnel/inet.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace esptun::conf {
+
+inline constexpr uint16_t kDefaultPort = 4500; // RFC 3948 section 2.2
+inline constexpr uint32_t kDefaultReplayWindow = 1024;
+inline constexpr uint32_t kMaxReplayWindow = 65536;
+
+enum class TunIo : uint8_t { automatic, vhost, direct };
+enum class Role : uint8_t { gateway, client };
+
+/// The config spelling of @io: "auto", "vhost" or "direct".
+std::string_view tun_io_name(TunIo io) noexcept;
+
+/// Keys and SPI of one SA direction, already decoded from "0x..." hex.
+struct SaConfig {
+	uint32_t spi = 0;
+	std::vector<uint8_t> enc_key;  ///< CBC: AES key; GCM: key || salt (config key `key`)
+	std::vector<uint8_t> auth_key; ///< CBC-HMAC only
+};
+
+struct PeerConfig {
+	std::string name;
+	std::optional<Endpoint> endpoint;  ///< absent: learned from the first authenticated packet
+	std::vector<IpPrefix> allowed_ips; ///< stored as networks (host bits cleared)
+	crypto::Cipher cipher = crypto::Cipher::aes128_gcm;
+	bool esn = true;
+	uint32_t replay_window = kDefaultReplayWindow; ///< 0 disables the check
+	SaConfig out;                                  ///< SA we send with
+	SaConfig in;                                   ///< SA we receive with
+	int line = 0;                                  ///< where the [[peer]] table starts, for messages
+};
+
+struct TunnelConfig {
+	std::string interface = "esp0";
+	std::vector<IpPrefix> addresses; ///< interface addresses, host bits kept
+	Endpoint listen;                 ///< default 0.0.0.0:4500
+	uint32_t mtu = 0;                ///< 0 = derive from underlay MTU and cipher overhead
+	TunIo tun_io = TunIo::automatic;
+	std::string control_socket; ///< default /run/esptun/<interface>.sock
+	bool route_all = false;     ///< client only: default route through the tunnel
+};
+
+struct Config {
+	std::string source; ///< file path (or a name given to parse_config), for messages
+	Role role = Role::gateway;
+	TunnelConfig tunnel;
+	std::vector<PeerConfig> peers;
+};
+
+/// Thrown for every config problem: what() reads "FILE:LINE: message. how to fix".
+class ConfigError : public std::runtime_error {
+public:
+	ConfigError(const std::string& source, int line, const std::string& message);
+	int line() const noexcept { return line_; }
+
+private:
+	int line_;
+};
+
+/**
+ * load_config() - read, parse and validate a config file for @role.
+ * Key files named by *_file keys are read relative to the config's folder and
+ * must not be readable by group or others. Throws ConfigError; touches no
+ * device, socket or route.
+ */
+Config load_config(const std::filesystem::path& path, Role role);
+
+/**
+ * parse_config() - the same from text already in memory (tests, fuzzing).
+ * @source:   the name messages use for the text
+ * @base_dir: folder that relative *_file paths are resolved against
+ */
+Config parse_config(std::string_view text, const std::string& source, Role role,
+                    const std::filesystem::path& base_dir = ".");
+
+} // namespace esptun::conf

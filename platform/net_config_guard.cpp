@@ -1,0 +1,53 @@
+// NetConfigGuard (see net_config_guard.hpp).
+#include "platform/net_config_guard.hpp"
+
+#include "platform/netlink.hpp"
+
+namespace esptun::platform {
+
+NetConfigGuard::NetConfigGuard(NetConfigGuard&& other) noexcept : entries_(std::move(other.entries_)) {
+	other.entries_.clear();
+}
+
+NetConfigGuard& NetConfigGuard::operator=(NetConfigGuard&& other) noexcept {
+	if (this != &other) {
+		restore();
+		entries_ = std::move(other.entries_);
+		other.entries_.clear();
+	}
+	return *this;
+}
+
+NetConfigGuard::~NetConfigGuard() { restore(); }
+
+void NetConfigGuard::add_address(int ifindex, const IpPrefix& addr) {
+	// Reserve first: once the kernel has the address, recording it must not
+	// be able to fail (a bad_alloc then would leak it past restore()).
+	entries_.reserve(entries_.size() + 1);
+	platform::add_address(ifindex, addr);
+	entries_.push_back({false, addr, ifindex, std::nullopt, std::nullopt});
+}
+
+void NetConfigGuard::add_route(const IpPrefix& dst, int ifindex, std::optional<IpAddress> gateway,
+                               std::optional<uint32_t> table) {
+	entries_.reserve(entries_.size() + 1);
+	platform::add_route(dst, ifindex, gateway, table);
+	entries_.push_back({true, dst, ifindex, gateway, table});
+}
+
+void NetConfigGuard::restore() noexcept {
+	while (!entries_.empty()) {
+		const Entry& e = entries_.back();
+		try {
+			if (e.is_route)
+				platform::del_route(e.prefix, e.ifindex, e.gateway, e.table);
+			else
+				platform::del_address(e.ifindex, e.prefix);
+		} catch (...) {
+			// See restore() in the header: already gone, or nothing more to do.
+		}
+		entries_.pop_back();
+	}
+}
+
+} // namespace esptun::platform

@@ -1,0 +1,109 @@
+// A small rtnetlink (NETLINK_ROUTE) client for set-up: link MTU and state,
+// interface addresses, routes, route lookups. Every request is acknowledged
+// (NLM_F_ACK) and a refusal becomes a SystemError such as
+// "add route 10.99.0.2/32 dev esp0: File exists".
+//
+// Each call opens its own netlink socket, so it acts in the network
+// namespace of the calling thread at the time of the call.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tunnel/inet.hpp"
+
+namespace esptun::platform {
+
+/// The answer of a route lookup (RTM_GETROUTE), as "ip route get" shows it.
+struct RouteInfo {
+	int ifindex = 0;                  ///< outgoing interface
+	std::optional<IpAddress> gateway; ///< next hop, if not directly connected
+	std::optional<IpAddress> prefsrc; ///< source address the kernel would pick
+};
+
+/**
+ * set_link_mtu() - set an interface's MTU (ip link set dev X mtu N)
+ * @ifindex: interface
+ * @mtu:     new MTU; IPv6 needs at least 1280
+ *
+ * Throws SystemError.
+ */
+void set_link_mtu(int ifindex, unsigned mtu);
+
+/**
+ * set_link_up() - bring an interface up (ip link set dev X up)
+ * @ifindex: interface
+ *
+ * Throws SystemError.
+ */
+void set_link_up(int ifindex);
+
+/**
+ * link_mtu() - an interface's MTU
+ * @ifindex: interface
+ *
+ * Return: the MTU. Throws SystemError (ENODEV for a missing interface).
+ */
+unsigned link_mtu(int ifindex);
+
+/**
+ * add_address() - add an address to an interface (ip addr add A/N dev X)
+ * @ifindex: interface
+ * @addr:    address with its prefix length; the kernel adds the prefix
+ *           route (e.g. 10.99.0.0/24 dev X) once the link is up
+ *
+ * IPv6 addresses are added with IFA_F_NODAD, see netlink.cpp.
+ * Throws SystemError (EEXIST when already present).
+ */
+void add_address(int ifindex, const IpPrefix& addr);
+
+/**
+ * del_address() - remove an address from an interface
+ * @ifindex: interface
+ * @addr:    as given to add_address()
+ *
+ * Throws SystemError (EADDRNOTAVAIL when not present).
+ */
+void del_address(int ifindex, const IpPrefix& addr);
+
+/**
+ * add_route() - add a unicast route (ip route add DST [via GW] dev X [table T])
+ * @dst:     destination prefix; host bits are cleared; /0 is a default route
+ * @ifindex: outgoing interface
+ * @gateway: next hop, same family as @dst; none for a directly connected route
+ * @table:   routing table id; the main table (254) when absent
+ *
+ * Never replaces an existing route (NLM_F_EXCL). Throws SystemError
+ * (EEXIST when the route exists).
+ */
+void add_route(const IpPrefix& dst, int ifindex, std::optional<IpAddress> gateway = {},
+               std::optional<uint32_t> table = {});
+
+/**
+ * del_route() - remove a route added by add_route(); same parameters
+ * @dst, @ifindex, @gateway, @table: as given to add_route()
+ *
+ * Throws SystemError (ESRCH when no such route).
+ */
+void del_route(const IpPrefix& dst, int ifindex, std::optional<IpAddress> gateway = {},
+               std::optional<uint32_t> table = {});
+
+/**
+ * get_route() - the route the kernel would use towards @dst (ip route get)
+ * @dst: destination address
+ *
+ * A VPN client calls this for its gateway's address before pointing the
+ * default route into the tunnel, and pins a host route with the answer so
+ * the encrypted packets themselves do not loop into the tunnel.
+ * Return: the route, or nullopt when @dst is unreachable. Throws SystemError.
+ */
+std::optional<RouteInfo> get_route(const IpAddress& dst);
+
+/**
+ * link_name() - an interface's name for messages: "esp0", or "ifindex 7"
+ * @ifindex: interface
+ */
+std::string link_name(int ifindex);
+
+} // namespace esptun::platform

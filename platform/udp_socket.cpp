@@ -1,0 +1,197 @@
+// UdpSocket: bind with dual-stack and large buffers, recvmmsg/sendmmsg
+// batches, and path_mtu().
+#include "platform/udp_socket.hpp"
+
+#include <algorithm>
+#include <array>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "platform/sockaddr.hpp"
+
+namespace esptun::platform {
+
+namespace {
+
+/**
+ * set_int_option() - setsockopt() for an int value
+ * @fd, @level, @name, @value: as for setsockopt()
+ *
+ * Return: 0, or errno
+ */
+int set_int_option(int fd, int level, int name, int value) noexcept {
+	return ::setsockopt(fd, level, name, &value, sizeof value) < 0 ? errno : 0;
+}
+
+/**
+ * get_int_option() - getsockopt() for an int value. Throws SystemError.
+ * @fd, @level, @name: as for getsockopt()
+ * @what: option name for the error message
+ */
+int get_int_option(int fd, int level, int name, const char* what) {
+	int value = 0;
+	socklen_t len = sizeof value;
+	if (::getsockopt(fd, level, name, &value, &len) < 0) throw_errno("getsockopt", what);
+	return value;
+}
+
+/**
+ * set_buffer() - grow one socket buffer, forced past the sysctl limit if allowed
+ * @fd:     socket
+ * @force:  SO_RCVBUFFORCE or SO_SNDBUFFORCE (needs CAP_NET_ADMIN)
+ * @plain:  SO_RCVBUF or SO_SNDBUF (silently capped at net.core.[rw]mem_max)
+ * @bytes:  size wanted
+ * @what:   option name for the error message
+ *
+ * Failure of the forced call is normal without privileges and falls back to
+ * the plain option, whose cap the kernel applies without an error.
+ */
+void set_buffer(int fd, int force, int plain, int bytes, const char* what) {
+	if (set_int_option(fd, SOL_SOCKET, force, bytes) == 0) return;
+	if (int err = set_int_option(fd, SOL_SOCKET, plain, bytes))
+		throw SystemError(err, std::string("setsockopt ") + what);
+}
+
+} // namespace
+
+UdpSocket UdpSocket::bind(const Endpoint& listen, int buffer_bytes) {
+	const int af = address_family(listen.addr.family);
+	const std::string where = to_string(listen);
+	UniqueFd fd(::socket(af, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP));
+	if (!fd) throw_errno("socket for", where);
+
+	if (af == AF_INET6) {
+		// Dual stack: with V6ONLY off, a socket bound to [::] also carries
+		// IPv4 as ::ffff:a.b.c.d, so one socket serves both kinds of peer.
+		// Set explicitly: the default follows net.ipv6.bindv6only.
+		if (int err = set_int_option(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, 0))
+			throw SystemError(err, "IPV6_V6ONLY=0 on " + where);
+	}
+
+	// Allow fragmentation of the outer packet. ESP-in-UDP datagrams are sized
+	// from the configured tun MTU, and the real path may be narrower (PPPoE,
+	// another tunnel on the way). Linux's default, IP_PMTUDISC_WANT, sets DF
+	// on every datagram that fits the cached route MTU (ip_dont_fragment()),
+	// so a narrower hop drops it and relies on ICMP "fragmentation needed"
+	// getting back to us; where ICMP is filtered that is a silent black hole,
+	// the most common tunnel failure. With DONT the kernel never sets DF:
+	// routers fragment, the peer reassembles, packets keep flowing (slower,
+	// but alive) until the MTU is corrected. IPv6 routers never fragment;
+	// there DONT (like WANT) makes the kernel fragment locally to the path
+	// MTU instead of failing the send; it is set for symmetry and so a
+	// system default cannot change it.
+	const int pmtu_err =
+	    af == AF_INET ? set_int_option(fd.get(), IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DONT)
+	                  : set_int_option(fd.get(), IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DONT);
+	if (pmtu_err) throw SystemError(pmtu_err, "MTU_DISCOVER=DONT on " + where);
+
+	set_buffer(fd.get(), SO_RCVBUFFORCE, SO_RCVBUF, buffer_bytes, "SO_RCVBUF");
+	set_buffer(fd.get(), SO_SNDBUFFORCE, SO_SNDBUF, buffer_bytes, "SO_SNDBUF");
+
+	sockaddr_storage sa;
+	const socklen_t len = to_sockaddr(listen, af, sa);
+	if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&sa), len) < 0)
+		throw_errno("bind UDP", where,
+		            errno == EADDRINUSE ? "another socket is bound to that port" : "");
+	return UdpSocket(std::move(fd), listen.addr.family);
+}
+
+Endpoint UdpSocket::local_endpoint() const {
+	sockaddr_storage sa{};
+	socklen_t len = sizeof sa;
+	if (::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&sa), &len) < 0) throw_errno("getsockname");
+	auto ep = from_sockaddr(sa, len);
+	if (!ep) throw SystemError(EAFNOSUPPORT, "getsockname");
+	return *ep;
+}
+
+BufferSizes UdpSocket::buffer_sizes() const {
+	return {get_int_option(fd_.get(), SOL_SOCKET, SO_RCVBUF, "SO_RCVBUF"),
+	        get_int_option(fd_.get(), SOL_SOCKET, SO_SNDBUF, "SO_SNDBUF")};
+}
+
+BatchResult UdpSocket::recv_batch(std::span<RecvSlot> slots) noexcept {
+	const size_t n = std::min(slots.size(), kMaxBatch);
+	if (n == 0) return {0, 0};
+	// On the stack (about 13 KiB): no allocation, and concurrent calls from
+	// several threads on one socket stay safe.
+	std::array<mmsghdr, kMaxBatch> msgs;
+	std::array<iovec, kMaxBatch> iov;
+	std::array<sockaddr_storage, kMaxBatch> addrs;
+	for (size_t i = 0; i < n; i++) {
+		iov[i] = {slots[i].buf.data(), slots[i].buf.size()};
+		msgs[i] = {};
+		msgs[i].msg_hdr.msg_name = &addrs[i];
+		msgs[i].msg_hdr.msg_namelen = sizeof addrs[i];
+		msgs[i].msg_hdr.msg_iov = &iov[i];
+		msgs[i].msg_hdr.msg_iovlen = 1;
+	}
+	int r;
+	do
+		r = ::recvmmsg(fd_.get(), msgs.data(), static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+	while (r < 0 && errno == EINTR);
+	// An error after some datagrams arrived is kept by the kernel in
+	// sk_err and reported by the next call, so nothing is lost here.
+	if (r < 0) return {0, errno};
+	for (size_t i = 0; i < static_cast<size_t>(r); i++) {
+		RecvSlot& s = slots[i];
+		s.len = msgs[i].msg_len;
+		s.truncated = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+		s.from = from_sockaddr(addrs[i], msgs[i].msg_hdr.msg_namelen).value_or(Endpoint{});
+	}
+	return {static_cast<size_t>(r), 0};
+}
+
+BatchResult UdpSocket::send_batch(std::span<const SendSlot> slots) noexcept {
+	const int af = address_family(family_);
+	std::array<mmsghdr, kMaxBatch> msgs;
+	std::array<iovec, kMaxBatch> iov;
+	std::array<sockaddr_storage, kMaxBatch> addrs;
+	size_t done = 0;
+	while (done < slots.size()) {
+		const size_t want = std::min(slots.size() - done, kMaxBatch);
+		size_t n = 0;
+		for (; n < want; n++) {
+			const SendSlot& s = slots[done + n];
+			const socklen_t len = to_sockaddr(s.to, af, addrs[n]);
+			if (len == 0) break; // unreachable family: send those before it
+			// iovec is shared with readv(), hence non-const; sendmmsg() only reads.
+			iov[n] = {const_cast<uint8_t*>(s.data.data()), s.data.size()};
+			msgs[n] = {};
+			msgs[n].msg_hdr.msg_name = &addrs[n];
+			msgs[n].msg_hdr.msg_namelen = len;
+			msgs[n].msg_hdr.msg_iov = &iov[n];
+			msgs[n].msg_hdr.msg_iovlen = 1;
+		}
+		if (n == 0) return {done, EAFNOSUPPORT};
+		int r;
+		do
+			r = ::sendmmsg(fd_.get(), msgs.data(), static_cast<unsigned>(n), MSG_DONTWAIT);
+		while (r < 0 && errno == EINTR);
+		if (r < 0) return {done, errno};
+		// A short count means datagram done + r failed; sendmmsg() drops
+		// that errno, so the next round retries it and reports the error.
+		done += static_cast<size_t>(r);
+	}
+	return {done, 0};
+}
+
+std::optional<unsigned> path_mtu(const IpAddress& dst) {
+	const int af = address_family(dst.family);
+	const std::string where = to_string(dst);
+	UniqueFd fd(::socket(af, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP));
+	if (!fd) throw_errno("socket for path MTU to", where);
+	// connect() on UDP only looks up and caches the route; nothing is sent.
+	// The port is irrelevant to routing but must be non-zero for IPv6.
+	sockaddr_storage sa;
+	const socklen_t len = to_sockaddr(Endpoint{dst, 9}, af, sa);
+	if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&sa), len) < 0) {
+		if (errno == ENETUNREACH || errno == EHOSTUNREACH) return std::nullopt;
+		throw_errno("connect for path MTU to", where);
+	}
+	const int mtu = af == AF_INET ? get_int_option(fd.get(), IPPROTO_IP, IP_MTU, "IP_MTU")
+	                              : get_int_option(fd.get(), IPPROTO_IPV6, IPV6_MTU, "IPV6_MTU");
+	return static_cast<unsigned>(mtu);
+}
+
+} // namespace esptun::platform

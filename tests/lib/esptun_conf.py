@@ -1,0 +1,114 @@
+# Cipher suites, random SA keys and TOML configs for esptun endpoints, as the
+# wire tests write them (one config file per endpoint, see the config contract).
+"""Config writing for the wire tests."""
+
+import os
+import secrets
+from dataclasses import dataclass, field
+
+# name -> AES key bytes, HMAC key bytes (0 = AEAD), ICV bytes, IV bytes, block
+SUITES = {
+    "aes128-gcm": dict(aead=True, enc_len=16, auth_len=0, icv=16, iv=8, block=4),
+    "aes256-gcm": dict(aead=True, enc_len=32, auth_len=0, icv=16, iv=8, block=4),
+    "aes128-cbc-hmac-sha1": dict(aead=False, enc_len=16, auth_len=20, icv=12, iv=16, block=16,
+                                 hash="sha1"),
+    "aes256-cbc-hmac-sha1": dict(aead=False, enc_len=32, auth_len=20, icv=12, iv=16, block=16,
+                                 hash="sha1"),
+    "aes128-cbc-hmac-sha256": dict(aead=False, enc_len=16, auth_len=32, icv=16, iv=16, block=16,
+                                   hash="sha256"),
+    "aes256-cbc-hmac-sha256": dict(aead=False, enc_len=32, auth_len=32, icv=16, iv=16, block=16,
+                                   hash="sha256"),
+}
+
+
+@dataclass
+class SaKeys:
+    """One SA direction: SPI and key material (GCM: key || 4-byte salt in enc)."""
+    spi: int
+    enc: bytes
+    auth: bytes = b""
+
+    @staticmethod
+    def random(suite, spi):
+        s = SUITES[suite]
+        if s["aead"]:
+            return SaKeys(spi, secrets.token_bytes(s["enc_len"] + 4))
+        return SaKeys(spi, secrets.token_bytes(s["enc_len"]), secrets.token_bytes(s["auth_len"]))
+
+
+@dataclass
+class Peer:
+    name: str
+    cipher: str
+    out: SaKeys
+    inb: SaKeys
+    allowed_ips: list
+    endpoint: str = None  # None: learned
+    esn: bool = True
+    replay_window: int = 1024
+
+
+@dataclass
+class Endpoint:
+    """One esptun endpoint's [tunnel] table and its peers."""
+    interface: str
+    addresses: list
+    control_socket: str
+    listen: str = "0.0.0.0:4500"
+    mtu: int = 0
+    tun_io: str = "direct"
+    peers: list = field(default_factory=list)
+
+    def render(self):
+        return render(self)
+
+    def write(self, path):
+        with open(path, "w") as f:
+            f.write(self.render())
+        os.chmod(path, 0o600)
+        return path
+
+
+def _hex(b):
+    return "0x" + b.hex()
+
+
+def _list(items):
+    return "[" + ", ".join(f'"{x}"' for x in items) + "]"
+
+
+def render(ep):
+    """render() - the TOML text of an endpoint config."""
+    lines = [
+        "[tunnel]",
+        f'interface = "{ep.interface}"',
+        f"addresses = {_list(ep.addresses)}",
+        f'listen = "{ep.listen}"',
+        f"mtu = {ep.mtu}",
+        f'tun_io = "{ep.tun_io}"',
+        f'control_socket = "{ep.control_socket}"',
+    ]
+    for p in ep.peers:
+        aead = SUITES[p.cipher]["aead"]
+        lines += ["", "[[peer]]", f'name = "{p.name}"']
+        if p.endpoint:
+            lines.append(f'endpoint = "{p.endpoint}"')
+        lines += [f"allowed_ips = {_list(p.allowed_ips)}",
+                  f'cipher = "{p.cipher}"',
+                  f"esn = {'true' if p.esn else 'false'}",
+                  f"replay_window = {p.replay_window}"]
+        for table, sa in (("out", p.out), ("in", p.inb)):
+            lines += [f"  [peer.{table}]", f"  spi = 0x{sa.spi:x}"]
+            if aead:
+                lines.append(f'  key = "{_hex(sa.enc)}"')
+            else:
+                lines += [f'  enc_key = "{_hex(sa.enc)}"', f'  auth_key = "{_hex(sa.auth)}"']
+    return "\n".join(lines) + "\n"
+
+
+def sa_pair(cipher, spi_base=0x1000):
+    """sa_pair() - fresh keys for both directions between two endpoints A and B:
+    (keys A sends with = B's in, keys B sends with = A's in)."""
+    a_out = SaKeys.random(cipher, spi_base + 1)
+    b_out = SaKeys.random(cipher, spi_base + 0x1001)
+    return a_out, b_out

@@ -1,0 +1,102 @@
+# esptun processes under test: start `esptun-gateway run` (or `esptun-client
+# up`) inside a namespace, wait until its control socket answers, read the
+# status JSON, stop it with SIGTERM and check that it exited cleanly.
+"""Running esptun endpoints in namespaces."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import netns
+from netns import TestError
+
+PROGRAMS = {"gateway": ("esptun-gateway", "run"), "client": ("esptun-client", "up")}
+
+
+class Endpoint:
+    """One running esptun endpoint (gateway or client) in a namespace."""
+
+    def __init__(self, build, ns, config_path, log_path, role="gateway"):
+        prog, self.verb = PROGRAMS[role]
+        self.binary = os.path.join(build, prog)
+        self.ns = ns
+        self.config = config_path
+        self.log = log_path
+        self.proc = None
+
+    def start(self, ready_timeout=10):
+        """start() - launch in the foreground (stderr to the log) and wait for status."""
+        self._logf = open(self.log, "ab")
+        self.proc = self.ns.spawn(self.binary, self.verb, "-c", self.config,
+                                  stdout=self._logf, stderr=self._logf)
+        self.wait_ready(ready_timeout)
+        return self
+
+    def wait_ready(self, timeout):
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise TestError(f"{os.path.basename(self.binary)} exited with "
+                                f"{self.proc.returncode} before it was ready; log:\n"
+                                f"{netns.tail(self.log)}")
+            try:
+                return self.status()
+            except TestError as e:
+                last = str(e)
+            time.sleep(0.1)
+        raise TestError(f"{os.path.basename(self.binary)} did not answer status within "
+                        f"{timeout}s ({last}); log:\n{netns.tail(self.log)}")
+
+    def status(self):
+        """status() - the parsed status JSON; TestError when it does not answer."""
+        try:
+            p = subprocess.run(self.ns.cmd(self.binary, "status", "-c", self.config),
+                               capture_output=True, text=True, timeout=5)
+        except subprocess.TimeoutExpired:
+            raise TestError("status timed out after 5s")
+        if p.returncode != 0:
+            raise TestError(f"status exit {p.returncode}: {p.stderr.strip()[:300]}")
+        try:
+            return json.loads(p.stdout)
+        except ValueError as e:
+            raise TestError(f"status printed invalid JSON ({e}): {p.stdout[:300]!r}")
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=5, sig=signal.SIGTERM):
+        """stop() - SIGTERM (or sig) and wait; returns the exit code (None: had to SIGKILL)."""
+        if self.proc is None:
+            return None
+        rc = netns.stop_process(self.proc, timeout=timeout, sig=sig)
+        self._logf.close()
+        return rc
+
+
+def run_check(build, config, prog="esptun-gateway", timeout=10):
+    """run_check() - `PROG check -c FILE`; returns the CompletedProcess."""
+    try:
+        return subprocess.run([os.path.join(build, prog), "check", "-c", config],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise TestError(f"{prog} check -c {config} hung for {timeout}s")
+
+
+def counters_delta(before, after):
+    """counters_delta() - after - before for counters, drops and ignored (flat dict)."""
+    out = {}
+    for group in ("counters", "drops", "ignored"):
+        for k, v in after.get(group, {}).items():
+            out[f"{group}.{k}"] = v - before.get(group, {}).get(k, 0)
+    return out
+
+
+def peer(status, name):
+    """peer() - the status entry of the named peer, else TestError."""
+    for p in status.get("peers", []):
+        if p.get("name") == name:
+            return p
+    raise TestError(f"peer {name!r} missing from status: {json.dumps(status)[:400]}")

@@ -1,0 +1,333 @@
+#!/usr/bin/python3
+# test_end_to_end.py - two esptun endpoints, one per namespace, carry real
+# traffic: ping both ways over inner IPv4 and IPv6 for all six suites, a
+# 100 MB TCP transfer (SHA-256 equal on both ends) for aes128-gcm and
+# aes128-cbc-hmac-sha1, NAT rebinding in the middle of a transfer, `check`
+# on good and bad configs, and SIGTERM removing tun, addresses and routes.
+#
+#   netns A (et-e2e-PID-N-a)                    netns B (et-e2e-PID-N-b)
+#  +------------------------------+            +------------------------------+
+#  | tun eaN  10.99.0.1/24        |            | tun ebN  10.99.0.2/24        |
+#  |          fd99::1/64          |            |          fd99::2/64          |
+#  |   esptun-gateway (or -client)|            |   esptun-gateway             |
+#  |   peer site-b:               |            |   peer site-a:               |
+#  |    endpoint 10.201.0.2:4500  |            |    endpoint configured, or   |
+#  |                              |            |    learned (NAT cases)       |
+#  | ula 10.201.0.1/24 ---------- veth ------- ulb 10.201.0.2/24             |
+#  |     (NAT case: .1 replaced   |            |                              |
+#  |      by 10.201.0.3 mid-run)  |            |                              |
+#  +------------------------------+            +------------------------------+
+#
+# Each case builds fresh namespaces, so a leftover from one case cannot make
+# the next one pass or fail.
+"""End-to-end traffic between two esptun endpoints in namespaces."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib")
+sys.path.insert(0, LIB)
+
+import esptun_conf as conf  # noqa: E402
+import esptun_proc  # noqa: E402
+import netns  # noqa: E402
+import report  # noqa: E402
+from netns import TestError  # noqa: E402
+
+XFER = os.path.join(LIB, "tcp_xfer.py")
+XFER_BYTES = 100 * 1000 * 1000
+XFER_TIMEOUT = 180
+
+# transfer: None, "a->b" or "b->a"; learned: B has no endpoint for A;
+# rebind: move A's underlay address during the transfer; client: A runs esptun-client.
+CASES = [
+    dict(cipher="aes128-gcm", esn=True, transfer="a->b", learned=True, rebind=True, client=True),
+    dict(cipher="aes128-cbc-hmac-sha1", esn=True, transfer="b->a"),
+    dict(cipher="aes256-gcm", esn=False, second_instance=True),
+    dict(cipher="aes256-cbc-hmac-sha1", esn=False, learned=True),
+    dict(cipher="aes128-cbc-hmac-sha256", esn=True, underlay=6, learned=True),
+    dict(cipher="aes256-cbc-hmac-sha256", esn=False),
+]
+
+
+class Site:
+    def __init__(self, ns, tun, ep, proc, name, peer_name):
+        self.ns, self.tun, self.ep, self.proc = ns, tun, ep, proc
+        self.name, self.peer_name = name, peer_name
+
+
+def ping(rep, tag, src, dst_addr, count=3, expect=True):
+    v6 = ":" in dst_addr
+    p = src.ns.run("ping", "-6" if v6 else "-4", "-c", str(count), "-i", "0.2", "-W", "2",
+                   "-q", dst_addr, timeout=20, check=False)
+    m = re.search(r"(\d+) packets transmitted, (\d+) received", p.stdout)
+    got = int(m.group(2)) if m else -1
+    if expect:
+        return rep.check(p.returncode == 0 and got == count,
+                         f"[{tag}] ping {src.name} -> {dst_addr}: {count}/{count} replies",
+                         (p.stdout + p.stderr).strip()[-300:])
+    return rep.check(got == 0, f"[{tag}] ping {src.name} -> {dst_addr} fails before B knows A's "
+                     "endpoint", (p.stdout + p.stderr).strip()[-300:])
+
+
+def start_case(rep, ctx, idx, case):
+    cipher, esn = case["cipher"], case["esn"]
+    tag = f"{cipher} esn={'on' if esn else 'off'}"
+    v6 = case.get("underlay") == 6
+    a = netns.Netns(netns.unique("e2e", f"{idx}-a"))
+    b = netns.Netns(netns.unique("e2e", f"{idx}-b"))
+    netns.veth(a, b, "ula", "ulb", ["10.201.0.1/24", "fd01::1/64"], ["10.201.0.2/24", "fd01::2/64"])
+    case["a_endpoint"] = "[fd01::1]:4500" if v6 else "10.201.0.1:4500"
+    listen = "[::]:4500" if v6 else "0.0.0.0:4500"
+    a_out, b_out = conf.sa_pair(cipher, spi_base=0x1000 + 0x10 * idx)
+    sfx = f"{os.getpid() % 100000}x{idx}"
+    cfg_a = conf.Endpoint(
+        interface=f"ea{sfx}", addresses=["10.99.0.1/24", "fd99::1/64"],
+        control_socket=os.path.join(ctx.tmp, f"a{idx}.sock"), listen=listen,
+        peers=[conf.Peer(name="site-b", cipher=cipher, out=a_out, inb=b_out, esn=esn,
+                         allowed_ips=["10.99.0.2/32", "fd99::2/128"],
+                         endpoint="[fd01::2]:4500" if v6 else "10.201.0.2:4500")])
+    cfg_b = conf.Endpoint(
+        interface=f"eb{sfx}", addresses=["10.99.0.2/24", "fd99::2/64"],
+        control_socket=os.path.join(ctx.tmp, f"b{idx}.sock"), listen=listen,
+        peers=[conf.Peer(name="site-a", cipher=cipher, out=b_out, inb=a_out, esn=esn,
+                         allowed_ips=["10.99.0.1/32", "fd99::1/128"],
+                         endpoint=None if case.get("learned") else case["a_endpoint"])])
+    path_a = cfg_a.write(os.path.join(ctx.tmp, f"a{idx}.toml"))
+    path_b = cfg_b.write(os.path.join(ctx.tmp, f"b{idx}.toml"))
+    role_a = "client" if case.get("client") else "gateway"
+    ea = esptun_proc.Endpoint(ctx.build, a, path_a, os.path.join(ctx.tmp, f"a{idx}.log"), role_a)
+    eb = esptun_proc.Endpoint(ctx.build, b, path_b, os.path.join(ctx.tmp, f"b{idx}.log"))
+    ctx.logs = [ea.log, eb.log]
+    ea.start()
+    eb.start()
+    A = Site(a, cfg_a.interface, ea, role_a, "A", "site-b")
+    B = Site(b, cfg_b.interface, eb, "gateway", "B", "site-a")
+    for s in (A, B):
+        netns.wait_until(lambda s=s: "tentative" not in s.ns.ip("-6", "addr", "show", "dev",
+                                                                s.tun).stdout, 5,
+                         what=f"IPv6 address on {s.tun}")
+    rep.info(f"{tag}: A runs esptun-{role_a}, B esptun-gateway; underlay IPv"
+             f"{6 if v6 else 4}; B's endpoint for A is "
+             f"{'learned' if case.get('learned') else 'configured'}")
+    return tag, A, B
+
+
+def check_configs(rep, ctx, tag, site, prog):
+    """`check` on the running config (good) and on three broken copies of it."""
+    p = esptun_proc.run_check(ctx.build, site.ep.config, prog)
+    rep.check(p.returncode == 0, f"[{tag}] {prog} check on the good config exits 0",
+              (p.stdout + p.stderr)[-300:])
+    with open(site.ep.config) as f:
+        lines = f.read().splitlines()
+    breakages = [
+        ("cipher = ", 'cipher = "aes128-gcn"', "unknown cipher"),
+        ("  spi = ", "  spi = 0", "SPI 0"),
+        ('listen = ', 'listen = "0.0.0.0:99999"', "port out of range"),
+    ]
+    for prefix, replacement, what in breakages:
+        n = next(i for i, line in enumerate(lines) if line.startswith(prefix))
+        bad = list(lines)
+        bad[n] = replacement
+        path = os.path.join(ctx.tmp, f"bad-{abs(hash(what)) % 10000}.toml")
+        with open(path, "w") as f:
+            f.write("\n".join(bad) + "\n")
+        os.chmod(path, 0o600)
+        p = esptun_proc.run_check(ctx.build, path, prog)
+        out = (p.stdout + p.stderr).strip()
+        where = f"{path}:{n + 1}"
+        rep.check(0 < p.returncode < 128 and where in out,
+                  f"[{tag}] {prog} check on a config with {what} (line {n + 1}) exits "
+                  f"{p.returncode} naming {os.path.basename(path)}:{n + 1}",
+                  f"exit {p.returncode}: {out[:300]}")
+
+
+def transfer(rep, ctx, tag, src, dst, dst_addr, rebind=None):
+    """100 MB over TCP src -> dst through the tunnel; returns both results."""
+    port = 5201
+    recv = dst.ns.spawn("timeout", str(XFER_TIMEOUT), "/usr/bin/python3", XFER, "recv", dst_addr,
+                        str(port), stdout=subprocess.PIPE, text=True)
+    line = netns.read_line(recv.stdout, 10)
+    if not line or not json.loads(line).get("ready"):
+        raise TestError(f"transfer receiver did not start: {line!r}")
+    t0 = time.monotonic()
+    send = src.ns.spawn("timeout", str(XFER_TIMEOUT), "/usr/bin/python3", XFER, "send", dst_addr,
+                        str(port), str(XFER_BYTES), stdout=subprocess.PIPE, text=True)
+    sent = None
+    rebound = False
+    deadline = t0 + XFER_TIMEOUT + 5
+    while time.monotonic() < deadline:
+        line = netns.read_line(send.stdout, max(0.1, deadline - time.monotonic()))
+        if not line:
+            break
+        msg = json.loads(line)
+        if "progress" in msg and rebind and not rebound and msg["progress"] >= 24 << 20:
+            rebind()
+            rebound = True
+            rep.info(f"rebound A's underlay address after {msg['progress'] >> 20} MiB")
+        if "bytes" in msg or "error" in msg:
+            sent = msg
+            break
+    try:
+        out, _ = recv.communicate(timeout=max(1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        recv.kill()
+        out = ""
+    secs = time.monotonic() - t0
+    got = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    send.wait(timeout=10)
+    mbit = XFER_BYTES * 8 / secs / 1e6
+    rep.check(sent and got and sent.get("bytes") == XFER_BYTES and got.get("bytes") == XFER_BYTES
+              and sent.get("sha256") == got.get("sha256"),
+              f"[{tag}] {XFER_BYTES // 1000000} MB TCP {src.name} -> {dst.name} ({dst_addr}): "
+              f"SHA-256 equal on both ends ({secs:.1f} s, {mbit:.0f} Mbit/s)",
+              f"sender {sent}, receiver {got}")
+    if rebind:
+        rep.check(rebound, f"[{tag}] the rebinding happened during the transfer")
+    return sent, got
+
+
+def rebind_a(a):
+    """NAT rebinding: A's packets now leave from 10.201.0.3 instead of .1."""
+    def go():
+        a.ip("addr", "add", "10.201.0.3/24", "dev", "ula")
+        a.ip("addr", "del", "10.201.0.1/24", "dev", "ula")
+    return go
+
+
+def check_counters(rep, tag, A, B, case, st_a, st_b):
+    pa, pb = esptun_proc.peer(st_a, "site-b"), esptun_proc.peer(st_b, "site-a")
+    for s, st, p in ((A, st_a, pa), (B, st_b, pb)):
+        c = st["counters"]
+        rep.check(c["udp_rx_packets"] > 0 and c["udp_tx_packets"] > 0 and c["tun_rx_packets"] > 0
+                  and c["tun_tx_packets"] > 0 and p["sa_out"]["packets"] > 0
+                  and p["sa_in"]["packets"] > 0,
+                  f"[{tag}] {s.name}: counters moved (udp rx {c['udp_rx_packets']} tx "
+                  f"{c['udp_tx_packets']}, sa_in {p['sa_in']['packets']}, "
+                  f"sa_out {p['sa_out']['packets']})", json.dumps(c))
+        allowed = {"no_endpoint"} if (s is B and case.get("learned") and case.get("probe")) else set()
+        bad = {k: v for k, v in st["drops"].items() if v and k not in allowed}
+        rep.check(not bad, f"[{tag}] {s.name}: no drops" +
+                  (f" (besides no_endpoint {st['drops']['no_endpoint']} before learning)"
+                   if allowed else ""), json.dumps(st["drops"]))
+    # Each ESP packet one side sealed reached the other (veth loses nothing),
+    # except B -> A while A's old address was gone (the NAT rebinding).
+    rep.equal(pb["sa_in"]["packets"], pa["sa_out"]["packets"],
+              f"[{tag}] B's sa_in.packets == A's sa_out.packets")
+    if case.get("rebind"):
+        lost = pb["sa_out"]["packets"] - pa["sa_in"]["packets"]
+        rep.check(0 <= lost < 1000, f"[{tag}] A's sa_in.packets <= B's sa_out.packets "
+                  f"({lost} sent to A's old address during the rebinding)", str(lost))
+    else:
+        rep.equal(pa["sa_in"]["packets"], pb["sa_out"]["packets"],
+                  f"[{tag}] A's sa_in.packets == B's sa_out.packets")
+
+
+def second_instance(rep, ctx, tag, s):
+    """A second `run` with the same config must fail and leave the first intact."""
+    p = s.ns.run(s.ep.binary, s.ep.verb, "-c", s.ep.config, check=False, timeout=10)
+    err = p.stderr.strip().splitlines()
+    rep.check(0 < p.returncode < 128 and err,
+              f"[{tag}] a second instance with the same config exits {p.returncode}: "
+              f"{err[-1][-90:] if err else ''}", p.stderr[-300:])
+    routes = s.ns.ip("route").stdout
+    rep.check(s.tun in s.ns.links() and "10.99.0.2 dev" in routes and s.ep.status(),
+              f"[{tag}] ... and the first one keeps its tun, routes and control socket", routes)
+    ping(rep, tag, s, "10.99.0.2", count=1)
+
+
+def stop_site(rep, tag, s, sig=signal.SIGTERM):
+    rc = s.ep.stop(sig=sig)
+    rep.equal(rc, 0, f"[{tag}] {s.name}: {signal.Signals(sig).name} -> exit code")
+    links = s.ns.links()
+    addrs = s.ns.ip("addr", "show").stdout
+    routes = s.ns.ip("-4", "route", "show").stdout + s.ns.ip("-6", "route", "show").stdout
+    rep.check(s.tun not in links and "10.99.0." not in addrs + routes
+              and "fd99::" not in addrs + routes,
+              f"[{tag}] {s.name}: tun {s.tun}, its addresses and routes removed",
+              f"links {links}\n{routes}")
+
+
+def run_case(rep, ctx, idx, case):
+    tag, A, B = start_case(rep, ctx, idx, case)
+    try:
+        pb = esptun_proc.peer(B.ep.status(), "site-a")
+        if case.get("learned"):
+            rep.check(pb["endpoint"] is None and pb["endpoint_source"] == "none",
+                      f"[{tag}] B: endpoint of A unknown before any packet", json.dumps(pb))
+            if idx == 0:  # costs a second: once is enough
+                case["probe"] = True
+                ping(rep, tag, B, "10.99.0.1", count=1, expect=False)
+                st = B.ep.status()
+                rep.check(st["drops"]["no_endpoint"] >= 1,
+                          f"[{tag}] B: drops.no_endpoint counted it", json.dumps(st["drops"]))
+        # A first: B may need A's first packet to learn where A is.
+        for src, dst in ((A, "10.99.0.2"), (A, "fd99::2"), (B, "10.99.0.1"), (B, "fd99::1")):
+            ping(rep, tag, src, dst)
+        pb = esptun_proc.peer(B.ep.status(), "site-a")
+        rep.check(pb["endpoint"] == case["a_endpoint"]
+                  and pb["endpoint_source"] == ("learned" if case.get("learned") else "configured"),
+                  f"[{tag}] B: A's endpoint {case['a_endpoint']} ({pb['endpoint_source']})",
+                  json.dumps(pb))
+        if case.get("second_instance"):
+            second_instance(rep, ctx, tag, A)
+
+        if case.get("transfer") == "a->b":
+            changes0 = pb["endpoint_changes"]
+            transfer(rep, ctx, tag, A, B, "10.99.0.2",
+                     rebind=rebind_a(A.ns) if case.get("rebind") else None)
+            if case.get("rebind"):
+                pb = esptun_proc.peer(B.ep.status(), "site-a")
+                rep.check(pb["endpoint"] == "10.201.0.3:4500" and pb["endpoint_changes"] > changes0
+                          and pb["endpoint_source"] == "learned",
+                          f"[{tag}] B: A's endpoint followed to 10.201.0.3:4500 "
+                          f"(endpoint_changes {changes0} -> {pb['endpoint_changes']})",
+                          json.dumps(pb))
+                ping(rep, tag, B, "fd99::1")  # the reverse path uses the new address too
+        elif case.get("transfer") == "b->a":
+            transfer(rep, ctx, tag, B, A, "fd99::1")
+
+        time.sleep(0.2)  # let the last ACKs land before comparing both sides
+        check_counters(rep, tag, A, B, case, A.ep.status(), B.ep.status())
+        check_configs(rep, ctx, tag, B, "esptun-gateway")
+    finally:
+        for s, sig in ((A, signal.SIGINT if idx % 2 else signal.SIGTERM), (B, signal.SIGTERM)):
+            if s.ep.alive():
+                stop_site(rep, tag, s, sig)
+
+
+def body(rep, build):
+    netns.require_environment(("ip", "ping", "timeout"))
+
+    class Ctx:
+        pass
+
+    ctx = Ctx()
+    ctx.build, ctx.tmp, ctx.logs = build, netns.make_tempdir("e2e"), []
+    for prog in ("esptun-client",):
+        if not os.access(os.path.join(build, prog), os.X_OK):
+            raise TestError(f"{prog} not found in {build}")
+
+    def dump_logs():
+        for log in ctx.logs:
+            print(f"\n--- {log}:\n{netns.tail(log, 30)}")
+    rep.on_failure.append(dump_logs)
+
+    for idx, case in enumerate(CASES):
+        rep.section(f"case {idx + 1}/{len(CASES)}: {case['cipher']} ESN "
+                    f"{'on' if case['esn'] else 'off'}"
+                    + (f", {case['transfer']} 100 MB" if case.get("transfer") else "")
+                    + (", NAT rebinding" if case.get("rebind") else ""))
+        try:
+            run_case(rep, ctx, idx, case)
+        except TestError as e:
+            rep.check(False, f"[{case['cipher']}] {str(e).splitlines()[0]}", str(e)[:2000])
+
+
+if __name__ == "__main__":
+    report.main("netns/end_to_end", body, tools=("ip", "ping", "timeout"))

@@ -1,0 +1,42 @@
+// The example configs shipped in docs/examples/ pass validation.
+#include "conf_test_util.hpp"
+
+using namespace esptun;
+using namespace esptun::conf;
+
+namespace {
+const std::filesystem::path kExamples =
+    std::filesystem::path(ESPTUN_TEST_DATA_DIR).parent_path().parent_path() / "docs" / "examples";
+}
+
+TEST_CASE("docs/examples/gateway.toml loads as a gateway config") {
+	Config c = load_config(kExamples / "gateway.toml", Role::gateway);
+	CHECK(c.role == Role::gateway);
+	CHECK(c.peers.size() >= 2);
+	for (const auto& p : c.peers)
+		CHECK_MESSAGE(!p.allowed_ips.empty(), p.name);
+}
+
+TEST_CASE("docs/examples/client.toml loads as a client config") {
+	Config c = load_config(kExamples / "client.toml", Role::client);
+	REQUIRE(c.peers.size() == 1);
+	CHECK(c.peers[0].endpoint);
+}
+
+TEST_CASE("the example client and gateway agree on SPIs and keys") {
+	// The client's outbound SA is the gateway's inbound SA for that peer, and
+	// the other way round; a mismatch would be a broken example.
+	Config gw = load_config(kExamples / "gateway.toml", Role::gateway);
+	Config cl = load_config(kExamples / "client.toml", Role::client);
+	const PeerConfig& to_gw = cl.peers[0];
+	const PeerConfig* to_client = nullptr;
+	for (const auto& p : gw.peers)
+		if (p.in.spi == to_gw.out.spi) to_client = &p;
+	REQUIRE(to_client);
+	CHECK(to_client->cipher == to_gw.cipher);
+	CHECK(to_client->in.enc_key == to_gw.out.enc_key);
+	CHECK(to_client->in.auth_key == to_gw.out.auth_key);
+	CHECK(to_client->out.spi == to_gw.in.spi);
+	CHECK(to_client->out.enc_key == to_gw.in.enc_key);
+	CHECK(to_client->out.auth_key == to_gw.in.auth_key);
+}

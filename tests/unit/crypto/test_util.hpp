@@ -1,0 +1,89 @@
+// Helpers shared by the crypto unit tests: hex decoding, random bytes, and
+// building an ESP packet in the layout EspTransform works on.
+#pragma once
+
+#include "crypto/esp_transform.hpp"
+
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace esptun::crypto::test {
+
+using Bytes = std::vector<uint8_t>;
+
+/// hex() - decode hex digits, ignoring spaces and newlines (vectors are
+/// pasted in the grouping the RFCs use).
+inline Bytes hex(std::string_view s) {
+	Bytes out;
+	int hi = -1;
+	for (char ch : s) {
+		int v;
+		if (ch >= '0' && ch <= '9')
+			v = ch - '0';
+		else if (ch >= 'a' && ch <= 'f')
+			v = ch - 'a' + 10;
+		else if (ch >= 'A' && ch <= 'F')
+			v = ch - 'A' + 10;
+		else if (ch == ' ' || ch == '\n' || ch == '\t')
+			continue;
+		else
+			throw std::invalid_argument("bad hex digit");
+		if (hi < 0) {
+			hi = v;
+		} else {
+			out.push_back(uint8_t(hi << 4 | v));
+			hi = -1;
+		}
+	}
+	if (hi >= 0) throw std::invalid_argument("odd number of hex digits");
+	return out;
+}
+
+inline Bytes ascii(std::string_view s) { return Bytes(s.begin(), s.end()); }
+
+inline std::string to_hex(const uint8_t* p, size_t n) {
+	static constexpr char kDigits[] = "0123456789abcdef";
+	std::string s;
+	for (size_t i = 0; i < n; i++) {
+		s += kDigits[p[i] >> 4];
+		s += kDigits[p[i] & 15];
+	}
+	return s;
+}
+inline std::string to_hex(const Bytes& b) { return to_hex(b.data(), b.size()); }
+
+/// A deterministic generator per test, so a failure reproduces.
+inline Bytes random_bytes(std::mt19937_64& rng, size_t n) {
+	Bytes b(n);
+	for (auto& x : b)
+		x = uint8_t(rng());
+	return b;
+}
+
+inline void put_be32(uint8_t* p, uint32_t v) {
+	p[0] = uint8_t(v >> 24);
+	p[1] = uint8_t(v >> 16);
+	p[2] = uint8_t(v >> 8);
+	p[3] = uint8_t(v);
+}
+
+/// esp_packet() - [SPI][seq low 32][IV space][payload][ICV space], the layout
+/// EspTransform::seal() expects (IV and ICV zero-filled).
+inline Bytes esp_packet(const CipherSpec& spec, uint32_t spi, uint64_t seq, const Bytes& payload) {
+	Bytes p(8 + spec.iv_len + payload.size() + spec.icv_len, 0);
+	put_be32(p.data(), spi);
+	put_be32(p.data() + 4, uint32_t(seq));
+	std::copy(payload.begin(), payload.end(), p.begin() + ptrdiff_t(8 + spec.iv_len));
+	return p;
+}
+
+/// The payload part (between IV and ICV) of an ESP packet.
+inline Bytes payload_of(const CipherSpec& spec, const Bytes& esp) {
+	return Bytes(esp.begin() + ptrdiff_t(8 + spec.iv_len), esp.end() - ptrdiff_t(spec.icv_len));
+}
+
+} // namespace esptun::crypto::test

@@ -1,0 +1,200 @@
+// UdpSocket batches over loopback (IPv4, IPv6, IPv4 through a dual-stack
+// socket), error reporting and path_mtu(); each test in a fresh namespace.
+#include <array>
+#include <doctest/doctest.h>
+#include <string>
+#include <vector>
+
+#include "helpers.hpp"
+#include "platform/udp_socket.hpp"
+
+using namespace esptun;
+using namespace esptun::platform;
+using namespace esptun::platform::test;
+
+namespace {
+
+std::span<const uint8_t> bytes_of(const std::string& s) {
+	return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+/// A receive buffer set with one slot per buffer.
+struct Receiver {
+	explicit Receiver(size_t n, size_t size = 2048) : bufs(n, std::vector<uint8_t>(size)), slots(n) {
+		for (size_t i = 0; i < n; i++)
+			slots[i] = RecvSlot(bufs[i]);
+	}
+	std::string text(size_t i) const {
+		return {bufs[i].begin(), bufs[i].begin() + static_cast<ptrdiff_t>(slots[i].len)};
+	}
+	std::vector<std::vector<uint8_t>> bufs;
+	std::vector<RecvSlot> slots;
+};
+
+/// receive_all() - collect @want datagrams on @sock (polling), in arrival order
+std::vector<std::pair<std::string, Endpoint>> receive_all(UdpSocket& sock, size_t want) {
+	std::vector<std::pair<std::string, Endpoint>> got;
+	Receiver rx(UdpSocket::kMaxBatch);
+	while (got.size() < want && wait_readable(sock.fd())) {
+		const BatchResult r = sock.recv_batch(rx.slots);
+		for (size_t i = 0; i < r.count; i++)
+			got.emplace_back(rx.text(i), rx.slots[i].from);
+		if (r.count == 0) REQUIRE(r.err == EAGAIN);
+	}
+	return got;
+}
+
+/// exchange() - send three datagrams from @a to @b in one batch and check them
+void exchange(UdpSocket& a, UdpSocket& b, const Endpoint& b_addr, const Endpoint& a_seen_as) {
+	const std::vector<std::string> payloads = {"one", "two two", "three three three"};
+	std::vector<SendSlot> out;
+	for (const auto& p : payloads)
+		out.push_back({bytes_of(p), b_addr});
+	const BatchResult sent = a.send_batch(out);
+	CHECK(sent.count == 3);
+	CHECK(sent.err == 0);
+
+	REQUIRE(wait_readable(b.fd()));
+	Receiver rx(4);
+	const BatchResult r = b.recv_batch(rx.slots);
+	REQUIRE(r.count == 3);
+	for (size_t i = 0; i < 3; i++) {
+		CHECK(rx.text(i) == payloads[i]);
+		CHECK_FALSE(rx.slots[i].truncated);
+		CHECK(rx.slots[i].from == a_seen_as);
+	}
+	const BatchResult again = b.recv_batch(rx.slots);
+	CHECK(again.count == 0);
+	CHECK(again.err == EAGAIN);
+}
+
+/// with_port() - @addr with @sock's port
+Endpoint with_port(const char* addr, const UdpSocket& sock) { return {ip(addr), sock.local_endpoint().port}; }
+
+} // namespace
+
+TEST_CASE("IPv4 batch send and receive over loopback report the sender") {
+	enter_fresh_netns();
+	UdpSocket a = UdpSocket::bind(any_port("127.0.0.1"));
+	UdpSocket b = UdpSocket::bind(any_port("127.0.0.1"));
+	CHECK(a.family() == Family::v4);
+	CHECK(a.local_endpoint().port != 0);
+	exchange(a, b, b.local_endpoint(), a.local_endpoint());
+}
+
+TEST_CASE("IPv6 batch send and receive over loopback report the sender") {
+	enter_fresh_netns();
+	UdpSocket a = UdpSocket::bind(any_port("::1"));
+	UdpSocket b = UdpSocket::bind(any_port("::1"));
+	CHECK(a.family() == Family::v6);
+	exchange(a, b, b.local_endpoint(), a.local_endpoint());
+}
+
+TEST_CASE("a dual-stack socket talks to IPv4 peers with plain IPv4 endpoints") {
+	enter_fresh_netns();
+	UdpSocket dual = UdpSocket::bind(any_port("::"));
+	UdpSocket v4 = UdpSocket::bind(any_port("127.0.0.1"));
+	UdpSocket v6 = UdpSocket::bind(any_port("::1"));
+
+	// IPv4 peer -> dual: the source comes out as 127.0.0.1, not ::ffff:127.0.0.1.
+	exchange(v4, dual, with_port("127.0.0.1", dual), v4.local_endpoint());
+	// dual -> IPv4 peer, addressed with a plain IPv4 endpoint.
+	exchange(dual, v4, v4.local_endpoint(), with_port("127.0.0.1", dual));
+	// And IPv6 still works on the same socket.
+	exchange(v6, dual, with_port("::1", dual), v6.local_endpoint());
+	exchange(dual, v6, v6.local_endpoint(), with_port("::1", dual));
+}
+
+TEST_CASE("recv_batch flags a datagram longer than its buffer as truncated") {
+	enter_fresh_netns();
+	UdpSocket a = UdpSocket::bind(any_port("127.0.0.1"));
+	UdpSocket b = UdpSocket::bind(any_port("127.0.0.1"));
+	const std::string big(100, 'x');
+	const SendSlot slot{bytes_of(big), b.local_endpoint()};
+	REQUIRE(a.send_batch({&slot, 1}).count == 1);
+	REQUIRE(wait_readable(b.fd()));
+	Receiver rx(1, 10);
+	REQUIRE(b.recv_batch(rx.slots).count == 1);
+	CHECK(rx.slots[0].truncated);
+	CHECK(rx.slots[0].len == 10);
+}
+
+TEST_CASE("send_batch sends more than kMaxBatch datagrams, in order") {
+	enter_fresh_netns();
+	UdpSocket a = UdpSocket::bind(any_port("127.0.0.1"));
+	UdpSocket b = UdpSocket::bind(any_port("127.0.0.1"));
+	const size_t n = UdpSocket::kMaxBatch * 2 + 22;
+	std::vector<std::string> payloads;
+	for (size_t i = 0; i < n; i++)
+		payloads.push_back("datagram " + std::to_string(i));
+	std::vector<SendSlot> out;
+	for (const auto& p : payloads)
+		out.push_back({bytes_of(p), b.local_endpoint()});
+	const BatchResult sent = a.send_batch(out);
+	CHECK(sent.count == n);
+	CHECK(sent.err == 0);
+	const auto got = receive_all(b, n);
+	REQUIRE(got.size() == n);
+	for (size_t i = 0; i < n; i++)
+		CHECK(got[i].first == payloads[i]);
+}
+
+TEST_CASE("send_batch stops at a destination the socket cannot reach and says why") {
+	enter_fresh_netns();
+	UdpSocket a = UdpSocket::bind(any_port("127.0.0.1"));
+	UdpSocket b = UdpSocket::bind(any_port("127.0.0.1"));
+	const std::string p = "payload";
+	const std::array<SendSlot, 3> out = {SendSlot{bytes_of(p), b.local_endpoint()},
+	                                     SendSlot{bytes_of(p), endpoint("[::1]:4500")},
+	                                     SendSlot{bytes_of(p), b.local_endpoint()}};
+	const BatchResult sent = a.send_batch(out);
+	CHECK(sent.count == 1);
+	CHECK(sent.err == EAFNOSUPPORT);
+	// The caller drops the bad one and carries on with the rest.
+	const BatchResult rest = a.send_batch(std::span(out).subspan(2));
+	CHECK(rest.count == 1);
+	CHECK(receive_all(b, 2).size() == 2);
+}
+
+TEST_CASE("send_batch reports an unroutable destination with its errno") {
+	enter_fresh_netns();
+	UdpSocket a = UdpSocket::bind(any_port("127.0.0.1"));
+	const std::string p = "payload";
+	const SendSlot slot{bytes_of(p), endpoint("192.0.2.1:4500")};
+	const BatchResult sent = a.send_batch({&slot, 1});
+	CHECK(sent.count == 0);
+	CHECK(sent.err != 0); // EINVAL: bound to loopback; ENETUNREACH otherwise
+	UdpSocket any = UdpSocket::bind(any_port("0.0.0.0"));
+	const BatchResult sent_any = any.send_batch({&slot, 1});
+	CHECK(sent_any.count == 0);
+	CHECK(sent_any.err == ENETUNREACH);
+}
+
+TEST_CASE("UdpSocket::bind enlarges the socket buffers past the default") {
+	enter_fresh_netns();
+	UdpSocket s = UdpSocket::bind(any_port("127.0.0.1"));
+	const BufferSizes sizes = s.buffer_sizes();
+	// The kernel reports twice the size set (bookkeeping overhead).
+	CHECK(sizes.rcv >= UdpSocket::kDefaultBufferBytes);
+	CHECK(sizes.snd >= UdpSocket::kDefaultBufferBytes);
+}
+
+TEST_CASE("UdpSocket::bind on a taken port is a SystemError naming the endpoint") {
+	enter_fresh_netns();
+	UdpSocket a = UdpSocket::bind(any_port("127.0.0.1"));
+	const Endpoint taken = a.local_endpoint();
+	const std::string expected = "bind UDP " + to_string(taken) + ": Address already in use";
+	CHECK_THROWS_WITH_AS(UdpSocket::bind(taken), doctest::Contains(expected.c_str()), SystemError);
+	CHECK_THROWS_WITH_AS(UdpSocket::bind(endpoint("192.0.2.1:4500")),
+	                     doctest::Contains("Cannot assign requested address"), SystemError);
+}
+
+TEST_CASE("path_mtu gives the loopback MTU and nothing without a route") {
+	enter_fresh_netns();
+	// lo has MTU 65536; IPv4 caps a route's MTU at IP_MAX_MTU (65535, the
+	// largest total length its header can say), IPv6 does not.
+	CHECK(path_mtu(ip("127.0.0.1")) == 65535u);
+	CHECK(path_mtu(ip("::1")) == 65536u);
+	CHECK_FALSE(path_mtu(ip("192.0.2.1")));
+	CHECK_FALSE(path_mtu(ip("2001:db8::1")));
+}

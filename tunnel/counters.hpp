@@ -1,0 +1,83 @@
+// Per-reason drop counters and per-SA traffic counters. The data path is the
+// only writer; the control plane reads them for the status JSON.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace esptun {
+
+/**
+ * Counter - a statistic with one writer thread and any number of readers.
+ * The writer does a relaxed load and store instead of an atomic add: with a
+ * single writer no increment is lost, and it avoids a locked instruction per
+ * packet.
+ */
+class Counter {
+public:
+	void add(uint64_t n = 1) noexcept {
+		v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+	}
+	void set(uint64_t n) noexcept { v_.store(n, std::memory_order_relaxed); }
+	uint64_t get() const noexcept { return v_.load(std::memory_order_relaxed); }
+
+private:
+	std::atomic<uint64_t> v_{0};
+};
+
+/// Why a packet was dropped: one counter each, named in the status JSON.
+enum class Drop : uint8_t {
+	malformed,       ///< too short, bad alignment, not IPv4/IPv6, lengths that disagree
+	unknown_spi,     ///< no inbound SA with this SPI
+	auth_failed,     ///< ICV did not verify
+	replay,          ///< sequence number already seen or left of the window
+	policy,          ///< inner source not in the peer's allowed_ips
+	padding,         ///< pad length or padding bytes wrong (RFC 4303 section 2.4)
+	no_route,        ///< no peer's allowed_ips covers the inner destination
+	no_endpoint,     ///< the peer has not been heard from and has no configured endpoint
+	seq_exhausted,   ///< 32-bit sequence space used up: a sender never wraps (RFC 4303 3.3.3)
+	too_big,         ///< inner packet larger than a buffer can encapsulate
+	tun_write_error, ///< write() to the tun device failed
+	udp_send_error,  ///< sending on the underlay socket failed
+	count_,
+};
+inline constexpr size_t kDropReasons = static_cast<size_t>(Drop::count_);
+
+/// Packets that are not ESP but are expected on port 4500: counted, not errors.
+enum class Ignore : uint8_t {
+	nat_keepalive,  ///< single 0xff byte, RFC 3948 section 2.3
+	non_esp_marker, ///< IKE packet behind the 4-byte zero marker, RFC 3948 section 2.2
+	dummy_packet,   ///< next header 59, RFC 4303 section 2.6
+	count_,
+};
+inline constexpr size_t kIgnoreKinds = static_cast<size_t>(Ignore::count_);
+
+constexpr std::string_view drop_name(Drop d) noexcept {
+	constexpr std::array<std::string_view, kDropReasons> names{
+	    "malformed", "unknown_spi", "auth_failed",   "replay",  "policy",          "padding",
+	    "no_route",  "no_endpoint", "seq_exhausted", "too_big", "tun_write_error", "udp_send_error"};
+	return names[static_cast<size_t>(d)];
+}
+
+constexpr std::string_view ignore_name(Ignore i) noexcept {
+	constexpr std::array<std::string_view, kIgnoreKinds> names{"nat_keepalive", "non_esp_marker",
+	                                                           "dummy_packet"};
+	return names[static_cast<size_t>(i)];
+}
+
+/// Counters of one data path (one per worker thread).
+struct DataPathStats {
+	std::array<Counter, kDropReasons> drops{};
+	std::array<Counter, kIgnoreKinds> ignored{};
+	Counter tun_rx_packets, tun_tx_packets; ///< inner packets read from / written to the tun
+	Counter udp_rx_packets, udp_tx_packets; ///< datagrams received / sent on the underlay
+
+	void drop(Drop d) noexcept { drops[static_cast<size_t>(d)].add(); }
+	void ignore(Ignore i) noexcept { ignored[static_cast<size_t>(i)].add(); }
+	uint64_t drops_of(Drop d) const noexcept { return drops[static_cast<size_t>(d)].get(); }
+};
+
+} // namespace esptun

@@ -1,0 +1,184 @@
+// ESP encapsulation and decapsulation: see esp.hpp for the packet flow.
+#include "tunnel/esp.hpp"
+
+#include "tunnel/bytes.hpp"
+#include "tunnel/esp_wire.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace esptun {
+namespace {
+
+OutboundResult out_drop(Drop d, Peer* peer = nullptr) noexcept { return {Verdict::drop, d, peer, {}}; }
+
+InboundResult in_drop(Drop d, Peer* peer = nullptr) noexcept {
+	InboundResult r;
+	r.drop = d;
+	r.peer = peer;
+	return r;
+}
+
+InboundResult in_ignore(Ignore i) noexcept {
+	InboundResult r;
+	r.verdict = Verdict::ignore;
+	r.ignore = i;
+	return r;
+}
+
+/// Length of the IP packet according to its own header, or 0 if malformed.
+size_t ip_total_length(std::span<const uint8_t> pkt) noexcept {
+	if (pkt.empty()) return 0;
+	unsigned version = pkt[0] >> 4;
+	if (version == 4) {
+		if (pkt.size() < esp::kIpv4HeaderMin) return 0;
+		size_t ihl = size_t(pkt[0] & 0x0f) * 4;
+		size_t total = load_be16(&pkt[2]);
+		if (ihl < esp::kIpv4HeaderMin || total < ihl) return 0;
+		return total;
+	}
+	if (version == 6) {
+		if (pkt.size() < esp::kIpv6HeaderLen) return 0;
+		return esp::kIpv6HeaderLen + load_be16(&pkt[4]);
+	}
+	return 0;
+}
+
+} // namespace
+
+bool inner_address(std::span<const uint8_t> pkt, bool source, IpAddress& out) noexcept {
+	if (pkt.empty()) return false;
+	unsigned version = pkt[0] >> 4;
+	if (version == 4 && pkt.size() >= esp::kIpv4HeaderMin) {
+		out.family = Family::v4;
+		std::memcpy(out.bytes.data(), &pkt[source ? 12 : 16], 4);
+		return true;
+	}
+	if (version == 6 && pkt.size() >= esp::kIpv6HeaderLen) {
+		out.family = Family::v6;
+		std::memcpy(out.bytes.data(), &pkt[source ? 8 : 24], 16);
+		return true;
+	}
+	return false;
+}
+
+OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t inner_len) noexcept {
+	if (buf.size() < esp::kHeadroom + esp::kTailroom ||
+	    inner_len > buf.size() - esp::kHeadroom - esp::kTailroom)
+		return out_drop(Drop::too_big);
+	std::span<uint8_t> inner = buf.subspan(esp::kHeadroom, inner_len);
+
+	// 1. Which peer: the longest allowed_ips match of the inner destination.
+	IpAddress dst;
+	if (!inner_address(inner, false, dst)) return out_drop(Drop::malformed);
+	Peer* peer = table.route(dst);
+	if (!peer) return out_drop(Drop::no_route);
+	if (!peer->endpoint()) return out_drop(Drop::no_endpoint, peer);
+
+	// 2. Next sequence number. Without ESN the counter must not wrap: the SA is
+	// spent at 2^32 - 1 and needs new keys (RFC 4303 section 3.3.3).
+	OutboundSa& sa = peer->out;
+	uint64_t seq = sa.next_seq;
+	if (!sa.esn && seq > UINT32_MAX) return out_drop(Drop::seq_exhausted, peer);
+	if (seq == UINT64_MAX) return out_drop(Drop::seq_exhausted, peer);
+	sa.next_seq = seq + 1;
+
+	// 3. Padding 1, 2, 3, ... up to the cipher's alignment, then pad length and
+	// next header (RFC 4303 sections 2.4-2.6).
+	const crypto::CipherSpec& spec = *peer->spec;
+	size_t body = inner_len + esp::kTrailerLen;
+	size_t padded = (body + spec.align - 1) / spec.align * spec.align;
+	size_t pad = padded - body;
+	uint8_t* tail = inner.data() + inner_len;
+	for (size_t i = 0; i < pad; i++)
+		tail[i] = uint8_t(i + 1);
+	tail[pad] = uint8_t(pad);
+	tail[pad + 1] = (inner[0] >> 4) == 4 ? esp::kNextIpv4 : esp::kNextIpv6;
+
+	// 4. ESP header in the headroom, right before the IV.
+	size_t start = esp::kHeadroom - spec.iv_len - esp::kHeaderLen;
+	uint8_t* hdr = buf.data() + start;
+	store_be32(hdr, sa.spi);
+	store_be32(hdr + 4, uint32_t(seq));
+	std::span<uint8_t> packet = buf.subspan(start, esp::kHeaderLen + spec.iv_len + padded + spec.icv_len);
+
+	// 5. IV, encryption and ICV.
+	sa.transform->seal(packet, seq);
+	sa.last_seq.store(seq, std::memory_order_relaxed);
+	sa.packets.add();
+	sa.bytes.add(inner_len);
+	return {Verdict::forward, Drop::malformed, peer, packet};
+}
+
+InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const Endpoint& src,
+                          int64_t now_ms) noexcept {
+	// 1. Not ESP: NAT keepalive or an IKE packet behind the non-ESP marker
+	// (RFC 3948 sections 2.2, 2.3). A zero SPI is never valid ESP.
+	if (dgram.size() == 1 && dgram[0] == esp::kNatKeepalive) return in_ignore(Ignore::nat_keepalive);
+	if (dgram.size() < esp::kHeaderLen) return in_drop(Drop::malformed);
+	uint32_t spi = load_be32(dgram.data());
+	if (spi == 0) return in_ignore(Ignore::non_esp_marker);
+
+	// 2. SA by SPI, then lengths for its cipher: IV, whole cipher blocks, ICV.
+	InboundSa* sa = table.find_inbound(spi);
+	if (!sa) return in_drop(Drop::unknown_spi);
+	Peer* peer = sa->peer;
+	const crypto::CipherSpec& spec = *peer->spec;
+	if (dgram.size() < crypto::min_esp_len(spec)) return in_drop(Drop::malformed, peer);
+	size_t body = dgram.size() - esp::kHeaderLen - spec.iv_len - spec.icv_len;
+	if (body % spec.align != 0) return in_drop(Drop::malformed, peer);
+
+	// 3. Replay check before spending any crypto on the packet; commit only
+	// once the ICV verified, so forged packets cannot move the window
+	// (RFC 4303 section 3.4.3).
+	uint32_t seq_lo = load_be32(dgram.data() + 4);
+	std::optional<uint64_t> seq = sa->replay.check(seq_lo);
+	if (!seq) return in_drop(Drop::replay, peer);
+	if (!sa->transform->open(dgram, uint32_t(*seq >> 32))) return in_drop(Drop::auth_failed, peer);
+	bool newest = sa->replay.commit(*seq);
+	sa->highest_seq.store(sa->replay.highest(), std::memory_order_relaxed);
+
+	// 4. Trailer: pad length, padding 1, 2, 3, ... and next header.
+	uint8_t* payload = dgram.data() + esp::kHeaderLen + spec.iv_len;
+	uint8_t next = payload[body - 1];
+	size_t pad = payload[body - 2];
+	if (pad + esp::kTrailerLen > body) return in_drop(Drop::padding, peer);
+	size_t inner_len = body - esp::kTrailerLen - pad;
+	for (size_t i = 0; i < pad; i++)
+		if (payload[inner_len + i] != uint8_t(i + 1)) return in_drop(Drop::padding, peer);
+	if (next == esp::kNextNone) return in_ignore(Ignore::dummy_packet);
+
+	// 5. The inner packet: its version must match the next header; bytes past
+	// its own length are TFC padding (RFC 4303 section 2.7) and are cut off.
+	std::span<uint8_t> inner(payload, inner_len);
+	if (next != esp::kNextIpv4 && next != esp::kNextIpv6) return in_drop(Drop::malformed, peer);
+	if (inner.empty() || (inner[0] >> 4) != (next == esp::kNextIpv4 ? 4u : 6u))
+		return in_drop(Drop::malformed, peer);
+	size_t total = ip_total_length(inner);
+	if (total == 0 || total > inner.size()) return in_drop(Drop::malformed, peer);
+	inner = inner.first(total);
+
+	// 6. The inner source must be one the peer may use (its allowed_ips).
+	IpAddress source;
+	if (!inner_address(inner, true, source) || table.route(source) != peer)
+		return in_drop(Drop::policy, peer);
+
+	// 7. Roaming: an authenticated packet that advanced the window from a new
+	// address moves the peer there (NAT rebinding). Older packets do not, so
+	// a replay from elsewhere cannot redirect traffic.
+	InboundResult r;
+	r.verdict = Verdict::forward;
+	r.peer = peer;
+	r.inner = inner;
+	if (newest && (!peer->endpoint() || !(*peer->endpoint() == src))) {
+		peer->set_endpoint(src);
+		peer->endpoint_changes.add();
+		r.endpoint_changed = true;
+	}
+	peer->last_rx_unix_ms.store(now_ms, std::memory_order_relaxed);
+	sa->packets.add();
+	sa->bytes.add(total);
+	return r;
+}
+
+} // namespace esptun
