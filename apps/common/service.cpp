@@ -12,6 +12,7 @@
 #include "apps/common/log.hpp"
 #include "platform/net_config_guard.hpp"
 #include "platform/netlink.hpp"
+#include "platform/sysctl.hpp"
 #include "platform/tun.hpp"
 #include "platform/udp_socket.hpp"
 #include "platform/unique_fd.hpp"
@@ -19,6 +20,7 @@
 
 #include <asio/io_context.hpp>
 #include <asio/signal_set.hpp>
+#include <cerrno>
 #include <csignal>
 #include <pthread.h>
 #include <stdexcept>
@@ -113,8 +115,18 @@ void install_routes(const conf::Config& config, int ifindex, platform::NetConfig
 	if (!current)
 		throw std::runtime_error("route_all: no route to the gateway " + to_string(ep) +
 		                         "; the underlay must reach it before the tunnel starts");
-	if (current->ifindex != ifindex)
-		net.add_route(IpPrefix{ep, uint8_t(ep.max_prefix())}, current->ifindex, current->gateway);
+	if (current->ifindex != ifindex) {
+		IpPrefix host{ep, uint8_t(ep.max_prefix())};
+		try {
+			net.add_route(host, current->ifindex, current->gateway);
+		} catch (const platform::SystemError& e) {
+			// A client that was killed (SIGKILL, OOM) leaves this host route
+			// behind: it is the route just looked up, so take it over.
+			if (e.err() != EEXIST) throw;
+			platform::del_route(host, current->ifindex, current->gateway);
+			net.add_route(host, current->ifindex, current->gateway);
+		}
+	}
 	auto half = [](const char* text) { return *parse_prefix(text); };
 	net.add_route(half("0.0.0.0/1"), ifindex);
 	net.add_route(half("128.0.0.0/1"), ifindex);
@@ -198,6 +210,7 @@ void run_service(const conf::Config& config, const std::string& program) {
 	platform::TunDevice tun = platform::open_tun(tc.interface);
 	info.interface = tun.name;
 	platform::set_link_mtu(tun.ifindex, info.mtu);
+	if (!has_v6_address(config)) platform::set_ipv6_enabled(tun.name, false);
 	for (const IpPrefix& a : tc.addresses)
 		platform::add_address(tun.ifindex, a);
 	platform::set_link_up(tun.ifindex);
