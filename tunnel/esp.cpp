@@ -44,6 +44,23 @@ size_t ip_total_length(std::span<const uint8_t> pkt) noexcept {
 	return 0;
 }
 
+/**
+ * note_alive() - record an authenticated packet from @peer
+ * @newest: the packet advanced the replay window
+ *
+ * Roaming: an authenticated packet that advanced the window from a new
+ * address moves the peer there (NAT rebinding). Older packets do not, so a
+ * replayed or reordered packet sent from elsewhere cannot redirect traffic.
+ * Return: true when the endpoint changed.
+ */
+bool note_alive(Peer& peer, const Endpoint& src, bool newest, int64_t now_ms) noexcept {
+	peer.last_rx_unix_ms.store(now_ms, std::memory_order_relaxed);
+	if (!newest || (peer.endpoint() && *peer.endpoint() == src)) return false;
+	peer.set_endpoint(src);
+	peer.endpoint_changes.add();
+	return true;
+}
+
 } // namespace
 
 bool inner_address(std::span<const uint8_t> pkt, bool source, IpAddress& out) noexcept {
@@ -115,9 +132,10 @@ InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const 
 	// 1. Not ESP: NAT keepalive or an IKE packet behind the non-ESP marker
 	// (RFC 3948 sections 2.2, 2.3). A zero SPI is never valid ESP.
 	if (dgram.size() == 1 && dgram[0] == esp::kNatKeepalive) return in_ignore(Ignore::nat_keepalive);
+	if (dgram.size() >= esp::kNonEspMarkerLen && load_be32(dgram.data()) == 0)
+		return in_ignore(Ignore::non_esp_marker);
 	if (dgram.size() < esp::kHeaderLen) return in_drop(Drop::malformed);
 	uint32_t spi = load_be32(dgram.data());
-	if (spi == 0) return in_ignore(Ignore::non_esp_marker);
 
 	// 2. SA by SPI, then lengths for its cipher: IV, whole cipher blocks, ICV.
 	InboundSa* sa = table.find_inbound(spi);
@@ -146,7 +164,14 @@ InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const 
 	size_t inner_len = body - esp::kTrailerLen - pad;
 	for (size_t i = 0; i < pad; i++)
 		if (payload[inner_len + i] != uint8_t(i + 1)) return in_drop(Drop::padding, peer);
-	if (next == esp::kNextNone) return in_ignore(Ignore::dummy_packet);
+	if (next == esp::kNextNone) {
+		// An authenticated dummy packet (RFC 4303 section 2.6) proves the
+		// peer alive and may carry it to a new address, like any other.
+		InboundResult r = in_ignore(Ignore::dummy_packet);
+		r.peer = peer;
+		r.endpoint_changed = note_alive(*peer, src, newest, now_ms);
+		return r;
+	}
 
 	// 5. The inner packet: its version must match the next header; bytes past
 	// its own length are TFC padding (RFC 4303 section 2.7) and are cut off.
@@ -163,19 +188,12 @@ InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const 
 	if (!inner_address(inner, true, source) || table.route(source) != peer)
 		return in_drop(Drop::policy, peer);
 
-	// 7. Roaming: an authenticated packet that advanced the window from a new
-	// address moves the peer there (NAT rebinding). Older packets do not, so
-	// a replay from elsewhere cannot redirect traffic.
+	// 7. Last-packet time and roaming.
 	InboundResult r;
 	r.verdict = Verdict::forward;
 	r.peer = peer;
 	r.inner = inner;
-	if (newest && (!peer->endpoint() || !(*peer->endpoint() == src))) {
-		peer->set_endpoint(src);
-		peer->endpoint_changes.add();
-		r.endpoint_changed = true;
-	}
-	peer->last_rx_unix_ms.store(now_ms, std::memory_order_relaxed);
+	r.endpoint_changed = note_alive(*peer, src, newest, now_ms);
 	sa->packets.add();
 	sa->bytes.add(total);
 	return r;

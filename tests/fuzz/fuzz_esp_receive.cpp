@@ -4,8 +4,8 @@
 // padding, inner packet, policy, roaming) are reached too.
 //
 // Input: a script of records, run against one receiving SA table (site B,
-// built fresh per input so every run is reproducible). The first byte of a
-// record picks its kind (byte % 4):
+// put back to its initial state before every input so runs are
+// reproducible). The first byte of a record picks its kind (byte % 4):
 //   0 raw:     the rest of the input is one datagram.
 //   1 encap:   [peer][flags][len be16][n][n x (pos be16, xor)]: encapsulate a
 //              valid inner packet of about len bytes from that peer, flip
@@ -14,7 +14,11 @@
 //              the plaintext (payload, padding, pad length, next header) sealed
 //              with the peer's keys and the 64-bit number seq_hi:seq.
 //   3 advance: [peer][delta be32]: jump the peer's outbound counter ahead.
-// flags bits 2-3 choose the source address the datagram arrives from.
+// flags bits 2-3 choose the source address the datagram arrives from; in an
+// encap record bit 0 makes the inner packet IPv6 and bit 4 gives it a source
+// address of another peer (a policy drop).
+// Seeds: tests/fuzz/corpus/esp_receive/ (one file per record kind and path);
+// ESPTUN_FUZZ_TRACE=1 prints the verdict of every datagram of an input.
 #include "tests/unit/tunnel/tunnel_fixture.hpp"
 
 #include <array>
@@ -152,15 +156,17 @@ void receive(World& w, std::span<const uint8_t> dgram, const Endpoint& src) {
 		std::string_view what = r.verdict == Verdict::forward  ? "forward"
 		                        : r.verdict == Verdict::ignore ? ignore_name(r.ignore)
 		                                                       : drop_name(r.drop);
-		std::fprintf(stderr, "  %zu bytes from %s: %.*s%s\n", d.size(), to_string(src).c_str(), int(what.size()),
-		             what.data(), r.endpoint_changed ? " (endpoint changed)" : "");
+		std::fprintf(stderr, "  %zu bytes from %s: %.*s%s\n", d.size(), to_string(src).c_str(),
+		             int(what.size()), what.data(), r.endpoint_changed ? " (endpoint changed)" : "");
 	}
 	if (r.verdict == Verdict::forward) {
 		// The inner packet lies inside the datagram and is a whole IP packet.
-		if (r.inner.empty() || r.inner.data() < d.data() || r.inner.data() + r.inner.size() > d.data() + d.size())
+		if (r.inner.empty() || r.inner.data() < d.data() ||
+		    r.inner.data() + r.inner.size() > d.data() + d.size())
 			__builtin_trap();
 		if (!r.peer) __builtin_trap();
-		if (r.endpoint_changed && !(r.peer->endpoint() == std::optional<Endpoint>(src))) __builtin_trap();
+		if (r.endpoint_changed && !(r.peer->endpoint() == std::optional<Endpoint>(src)))
+			__builtin_trap();
 	} else if (!r.inner.empty() || r.endpoint_changed) {
 		__builtin_trap();
 	}
@@ -174,8 +180,9 @@ void encap_record(World& w, Input& in) {
 	// Mostly a source the receiver allows; bit 4 picks a neighbour's (policy).
 	const test::Site& src_site = (flags & 0x10) ? *kPeers[(p + 1) % kPeerCount].site : from;
 	test::Rng rng(len);
-	Bytes inner = (flags & 1) ? test::ipv6_packet(src_site.host6(3), test::kSiteB.host6(4), 40 + len, rng)
-	                          : test::ipv4_packet(src_site.host4(3), test::kSiteB.host4(4), 20 + len, rng);
+	Bytes inner = (flags & 1)
+	                  ? test::ipv6_packet(src_site.host6(3), test::kSiteB.host6(4), 40 + len, rng)
+	                  : test::ipv4_packet(src_site.host4(3), test::kSiteB.host4(4), 20 + len, rng);
 	auto d = test::seal_inner(w.sender_table(p), inner);
 	if (!d) {
 		// Only a spent 32-bit counter (advanced by a record of kind 3) may stop a valid packet.

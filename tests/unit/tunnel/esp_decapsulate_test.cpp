@@ -30,8 +30,17 @@ void check_ignore(const InboundResult& r, Ignore expected) {
 	CHECK(r.inner.empty());
 }
 
-InboundResult decap(const SaTable& t, Bytes dgram, const Endpoint& src = kSiteA.ep) {
-	return decapsulate(t, dgram, src, 1);
+/// A result that owns the datagram its inner packet points into (decapsulate works in place).
+struct Received : InboundResult {
+	Bytes buffer;
+};
+
+/// decapsulate() on a copy of @dgram, so the caller can send the same bytes again.
+Received decap(const SaTable& t, Bytes dgram, const Endpoint& src = kSiteA.ep) {
+	Received r;
+	r.buffer = std::move(dgram); // a moved vector keeps its heap block: r.inner stays valid
+	static_cast<InboundResult&>(r) = decapsulate(t, r.buffer, src, 1);
+	return r;
 }
 
 TEST_CASE("a single 0xff byte is a NAT keepalive; other short datagrams are malformed") {
@@ -59,6 +68,11 @@ TEST_CASE("four zero bytes in front mark a non-ESP (IKE) packet, whatever follow
 		d[0] = d[1] = d[2] = d[3] = 0;
 		INFO("length ", n);
 		check_ignore(decap(link.b, d), Ignore::non_esp_marker);
+	}
+	// Shorter than an ESP header still counts, as Linux hands such packets to IKE too.
+	for (size_t n = 4; n < 8; n++) {
+		INFO("length ", n);
+		check_ignore(decap(link.b, Bytes(n, 0)), Ignore::non_esp_marker);
 	}
 	// An IKE_SA_INIT-sized header with the marker.
 	Bytes ike(4 + 28, 0);
@@ -101,7 +115,8 @@ TEST_CASE("lengths shorter than the cipher minimum or not aligned are malformed"
 		size_t min = spec.aead ? 36 : (spec.icv_len == 12 ? 52 : 56);
 		for (size_t n = 8; n < min; n++) {
 			INFO("length ", n);
-			check_drop(decap(link.b, Bytes(d->begin(), d->begin() + long(n))), Drop::malformed, a);
+			check_drop(decap(link.b, Bytes(d->begin(), d->begin() + long(n))), Drop::malformed,
+			           a);
 		}
 		// Longer than the minimum but the encrypted part is not whole units.
 		for (size_t extra = 1; extra < spec.align; extra++) {
@@ -119,7 +134,7 @@ TEST_CASE("lengths shorter than the cipher minimum or not aligned are malformed"
  * flipped in the first packet (seq 1) sent on a fresh SA.
  */
 Drop flip_expectation(size_t i, size_t bit) {
-	if (i < 4) return Drop::unknown_spi; // test SPIs are not one flip apart (see kSiteA)
+	if (i < 4) return Drop::unknown_spi;         // test SPIs are not one flip apart (see kSiteA)
 	if (i == 7 && bit == 0) return Drop::replay; // seq 1 becomes 0, never valid
 	return Drop::auth_failed;                    // seq, IV, ciphertext and ICV are all covered
 }
@@ -143,13 +158,14 @@ TEST_CASE("a flipped bit anywhere in the datagram: unknown_spi, replay for seq 0
 					bad[i] ^= uint8_t(1u << bit);
 					Drop want = flip_expectation(i, bit);
 					INFO("byte ", i, " bit ", bit);
-					check_drop(decap(link.b, bad), want, want == Drop::unknown_spi ? nullptr : a);
+					check_drop(decap(link.b, bad), want,
+					           want == Drop::unknown_spi ? nullptr : a);
 				}
 			}
 			// No forgery moved the window, the endpoint or the counters.
 			CHECK(link.a_at_b().in->highest_seq.load() == 0);
 			CHECK(link.a_at_b().in->packets.get() == 0);
-			InboundResult ok = decap(link.b, *d);
+			Received ok = decap(link.b, *d);
 			REQUIRE(ok.verdict == Verdict::forward);
 			CHECK(Bytes(ok.inner.begin(), ok.inner.end()) == inner);
 		}
@@ -200,7 +216,8 @@ TEST_CASE("with ESN a datagram left of the window is taken for the next 2^32 sub
 		CHECK(decap(link.b, sent[69]).verdict == Verdict::forward); // seq 70: window 7..70
 		CHECK(decap(link.b, sent[6]).verdict == Verdict::forward);  // seq 7
 		check_drop(decap(link.b, sent[6]), Drop::replay, &link.a_at_b());
-		check_drop(decap(link.b, sent[5]), Drop::auth_failed, &link.a_at_b()); // seq 6 read as 2^32 + 6
+		check_drop(decap(link.b, sent[5]), Drop::auth_failed,
+		           &link.a_at_b()); // seq 6 read as 2^32 + 6
 		CHECK(link.a_at_b().in->highest_seq.load() == 70);
 	}
 }
@@ -214,7 +231,7 @@ TEST_CASE("window 0 accepts a replayed datagram (the check is off)") {
 	auto d = test::seal_inner(link.a, inner);
 	REQUIRE(d);
 	for (int i = 0; i < 3; i++) {
-		InboundResult r = decap(link.b, *d);
+		Received r = decap(link.b, *d);
 		REQUIRE(r.verdict == Verdict::forward);
 		CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
 	}
@@ -237,24 +254,27 @@ TEST_CASE("an inner source outside the sending peer's allowed_ips is a policy dr
 			bool allowed;
 		};
 		std::vector<Case> cases;
-		cases.push_back({"A's own v4 source", test::ipv4_packet(kSiteA.host4(9), kSiteB.host4(1), 60, rng), true});
-		cases.push_back({"A's own v6 source", test::ipv6_packet(kSiteA.host6(9), kSiteB.host6(1), 60, rng), true});
-		cases.push_back({"unlisted v4 source", test::ipv4_packet(test::ip4(10, 9, 9, 9), kSiteB.host4(1), 60, rng),
-		                 false});
+		cases.push_back({"A's own v4 source",
+		                 test::ipv4_packet(kSiteA.host4(9), kSiteB.host4(1), 60, rng), true});
+		cases.push_back({"A's own v6 source",
+		                 test::ipv6_packet(kSiteA.host6(9), kSiteB.host6(1), 60, rng), true});
+		cases.push_back({"unlisted v4 source",
+		                 test::ipv4_packet(test::ip4(10, 9, 9, 9), kSiteB.host4(1), 60, rng), false});
 		cases.push_back({"C's v4 source through A's SA",
 		                 test::ipv4_packet(kSiteC.host4(9), kSiteB.host4(1), 60, rng), false});
 		cases.push_back({"C's v6 source through A's SA",
 		                 test::ipv6_packet(kSiteC.host6(9), kSiteB.host6(1), 60, rng), false});
 		cases.push_back({"B's own v4 source reflected",
 		                 test::ipv4_packet(kSiteB.host4(9), kSiteB.host4(1), 60, rng), false});
-		cases.push_back({"unlisted v6 source", test::ipv6_packet(test::ip6(0x2001, 0xdb8, 0, 1), kSiteB.host6(1), 60, rng),
+		cases.push_back({"unlisted v6 source",
+		                 test::ipv6_packet(test::ip6(0x2001, 0xdb8, 0, 1), kSiteB.host6(1), 60, rng),
 		                 false});
 		for (const Case& c : cases) {
 			INFO(c.what);
 			// A routes by destination only, so it seals whatever source it is given.
 			auto d = test::seal_inner(a, c.inner);
 			REQUIRE(d);
-			InboundResult r = decap(b, *d);
+			Received r = decap(b, *d);
 			if (c.allowed) {
 				CHECK(r.verdict == Verdict::forward);
 			} else {
@@ -272,14 +292,20 @@ struct Crafter {
 	uint64_t seq = 0;
 
 	explicit Crafter(const crypto::CipherSpec& spec, bool esn = true)
-	    : opt{spec.id, esn, 1024, true}, link(test::make_link(opt)), tx(test::transform_to(kSiteB, spec.id, esn)) {}
+	    : opt{spec.id, esn, 1024, true}, link(test::make_link(opt)),
+	      tx(test::transform_to(kSiteB, spec.id, esn)) {}
 
 	/// Seals @plaintext (payload, padding, trailer) with the next sequence number.
-	Bytes seal(std::span<const uint8_t> plaintext) { return test::seal_esp(*tx, test::spi_of(kSiteB, kSiteA), ++seq, plaintext); }
-	Bytes seal(std::span<const uint8_t> payload, std::span<const uint8_t> pad, uint8_t pad_len, uint8_t next) {
+	Bytes seal(std::span<const uint8_t> plaintext) {
+		return test::seal_esp(*tx, test::spi_of(kSiteB, kSiteA), ++seq, plaintext);
+	}
+	Bytes seal(std::span<const uint8_t> payload, std::span<const uint8_t> pad, uint8_t pad_len,
+	           uint8_t next) {
 		return seal(test::esp_plaintext(payload, pad, pad_len, next));
 	}
-	InboundResult receive(Bytes d, const Endpoint& src = kSiteA.ep) { return decapsulate(link.b, d, src, 1); }
+	Received receive(Bytes d, const Endpoint& src = kSiteA.ep) {
+		return decap(link.b, std::move(d), src);
+	}
 	const Peer* a() const { return &link.a_at_b(); }
 };
 
@@ -291,7 +317,7 @@ TEST_CASE("hand-sealed packets with correct padding are forwarded (the crafting 
 		for (size_t len = 40; len < 40 + spec.align; len++) {
 			Bytes inner = test::packet_v6(kSiteA, kSiteB, len, rng);
 			Bytes pad = test::default_padding(len, spec.align);
-			InboundResult r = c.receive(c.seal(inner, pad, uint8_t(pad.size()), 41));
+			Received r = c.receive(c.seal(inner, pad, uint8_t(pad.size()), 41));
 			REQUIRE(r.verdict == Verdict::forward);
 			CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
 		}
@@ -300,7 +326,7 @@ TEST_CASE("hand-sealed packets with correct padding are forwarded (the crafting 
 		Bytes pad = test::default_padding(60, spec.align);
 		for (size_t i = 0; i < 2 * spec.align; i++)
 			pad.push_back(uint8_t(pad.size() + 1));
-		InboundResult r = c.receive(c.seal(inner, pad, uint8_t(pad.size()), 4));
+		Received r = c.receive(c.seal(inner, pad, uint8_t(pad.size()), 4));
 		REQUIRE(r.verdict == Verdict::forward);
 		CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
 	}
@@ -321,7 +347,8 @@ TEST_CASE("wrong padding bytes or a pad length past the payload are padding drop
 				Bytes pad = good;
 				pad[j] = wrong;
 				INFO("pad byte ", j, " = ", int(wrong));
-				check_drop(c.receive(c.seal(inner, pad, uint8_t(pad.size()), 4)), Drop::padding, c.a());
+				check_drop(c.receive(c.seal(inner, pad, uint8_t(pad.size()), 4)),
+				           Drop::padding, c.a());
 			}
 		}
 		// All-zero padding, a common sender bug.
@@ -335,6 +362,27 @@ TEST_CASE("wrong padding bytes or a pad length past the payload are padding drop
 		check_drop(c.receive(c.seal(too_long)), Drop::padding, c.a());
 		Bytes pad255(2 * spec.align - 2, 0); // a body of two units, pad length 255
 		check_drop(c.receive(c.seal(pad255, {}, 255, 4)), Drop::padding, c.a());
+	}
+}
+
+TEST_CASE(
+    "a pad length one past the payload is a padding drop even when the byte before it looks like padding") {
+	// GCM's explicit IV is the sequence number (RFC 4106 3.1), so with seq 1
+	// the byte just before the payload is 1: with pad length body - 1, an
+	// off-by-one bound would accept [IV's 1][2, 3, ...] as padding and take
+	// body - 2 - pad = -1 as the inner length.
+	for (Cipher c : {Cipher::aes128_gcm, Cipher::aes256_gcm}) {
+		const crypto::CipherSpec& spec = crypto::cipher_spec(c);
+		INFO(spec.name);
+		Crafter crafter(spec);
+		Bytes body;
+		for (uint8_t i = 2; body.size() < 6; i++)
+			body.push_back(i);
+		body.push_back(7); // pad length = body size 8 - 1
+		body.push_back(4);
+		Bytes d = crafter.seal(body); // sequence number 1
+		REQUIRE(d[8 + 7] == 1);       // the last IV byte, right before the payload
+		check_drop(crafter.receive(d), Drop::padding, crafter.a());
 	}
 }
 
@@ -361,13 +409,22 @@ TEST_CASE("next header 59 is a dummy packet: ignored, but its sequence number is
 		Bytes pad = test::default_padding(junk.size(), spec.align);
 		Bytes d = c.seal(junk, pad, uint8_t(pad.size()), 59);
 		Bytes again = d;
-		check_ignore(c.receive(d), Ignore::dummy_packet);
+		Endpoint moved = kSiteA.ep;
+		moved.port = 4501;
+		Received r = c.receive(d, moved);
+		check_ignore(r, Ignore::dummy_packet);
+		// Authenticated, so it counts as a sign of life and may move the peer.
+		CHECK(r.peer == c.a());
+		CHECK(r.endpoint_changed);
+		CHECK(c.a()->endpoint() == std::optional<Endpoint>(moved));
+		CHECK(c.a()->last_rx_unix_ms.load() == 1);
 		check_drop(c.receive(again), Drop::replay, c.a());
 		CHECK(c.link.a_at_b().in->packets.get() == 0);
 	}
 }
 
-TEST_CASE("next header and inner version must agree; other next headers and bad inner lengths are malformed") {
+TEST_CASE(
+    "next header and inner version must agree; other next headers and bad inner lengths are malformed") {
 	test::Rng rng(12);
 	for (const crypto::CipherSpec& spec : crypto::all_ciphers()) {
 		INFO(spec.name);
@@ -378,9 +435,9 @@ TEST_CASE("next header and inner version must agree; other next headers and bad 
 			Bytes pad = test::default_padding(payload.size(), spec.align);
 			return c.seal(payload, pad, uint8_t(pad.size()), next);
 		};
-		check_drop(c.receive(sealed(v6, 4)), Drop::malformed, c.a());   // IPv6 behind "IPv4"
-		check_drop(c.receive(sealed(v4, 41)), Drop::malformed, c.a());  // IPv4 behind "IPv6"
-		check_drop(c.receive(sealed(v4, 17)), Drop::malformed, c.a());  // transport mode UDP
+		check_drop(c.receive(sealed(v6, 4)), Drop::malformed, c.a());  // IPv6 behind "IPv4"
+		check_drop(c.receive(sealed(v4, 41)), Drop::malformed, c.a()); // IPv4 behind "IPv6"
+		check_drop(c.receive(sealed(v4, 17)), Drop::malformed, c.a()); // transport mode UDP
 		check_drop(c.receive(sealed(v4, 0)), Drop::malformed, c.a());
 		check_drop(c.receive(sealed(v6, 94)), Drop::malformed, c.a());
 
@@ -404,7 +461,7 @@ TEST_CASE("next header and inner version must agree; other next headers and bad 
 		check_drop(c.receive(sealed(v6_stub, 41)), Drop::malformed, c.a());
 
 		// Still in sync afterwards.
-		InboundResult ok = c.receive(sealed(v4, 4));
+		Received ok = c.receive(sealed(v4, 4));
 		REQUIRE(ok.verdict == Verdict::forward);
 		CHECK(Bytes(ok.inner.begin(), ok.inner.end()) == v4);
 	}
@@ -415,6 +472,7 @@ TEST_CASE("TFC padding after the inner packet is cut off (RFC 4303 section 2.7)"
 	for (const crypto::CipherSpec& spec : crypto::all_ciphers()) {
 		INFO(spec.name);
 		Crafter c(spec);
+		uint64_t bytes = 0;
 		for (size_t tfc : {1, 3, 16, 37, 500}) {
 			INFO("tfc ", tfc);
 			for (int family : {4, 6}) {
@@ -424,16 +482,20 @@ TEST_CASE("TFC padding after the inner packet is cut off (RFC 4303 section 2.7)"
 				Bytes filler = rng.bytes(tfc);
 				payload.insert(payload.end(), filler.begin(), filler.end());
 				Bytes pad = test::default_padding(payload.size(), spec.align);
-				InboundResult r = c.receive(c.seal(payload, pad, uint8_t(pad.size()), family == 4 ? 4 : 41));
+				Received r = c.receive(
+				    c.seal(payload, pad, uint8_t(pad.size()), family == 4 ? 4 : 41));
 				REQUIRE(r.verdict == Verdict::forward);
 				CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
-				CHECK(c.link.a_at_b().in->bytes.get() > 0);
+				bytes += inner.size();
+				CHECK(c.link.a_at_b().in->bytes.get() ==
+				      bytes); // the inner packet, not the filler
 			}
 		}
 	}
 }
 
-TEST_CASE("endpoint learning: the first authenticated packet sets it, a newer one moves it, an older one does not") {
+TEST_CASE("endpoint learning: the first authenticated packet sets it, a newer one moves it, an older one "
+          "does not") {
 	test::Rng rng(14);
 	const Endpoint nat1 = test::endpoint(test::ip4(100, 64, 0, 1), 40001);
 	const Endpoint nat2 = test::endpoint(test::ip4(100, 64, 0, 2), 40002);
@@ -533,7 +595,8 @@ TEST_CASE("a policy drop from a new address does not move the endpoint") {
 	test::Link link = test::make_link({});
 	Peer& a = link.a_at_b();
 	const Endpoint elsewhere = test::endpoint(test::ip4(100, 64, 7, 7), 999);
-	Bytes spoofed = *test::seal_inner(link.a, test::ipv4_packet(kSiteC.host4(1), kSiteB.host4(2), 60, rng));
+	Bytes spoofed =
+	    *test::seal_inner(link.a, test::ipv4_packet(kSiteC.host4(1), kSiteB.host4(2), 60, rng));
 	check_drop(decapsulate(link.b, spoofed, elsewhere, 1), Drop::policy, &a);
 	CHECK(a.endpoint() == std::optional<Endpoint>(kSiteA.ep));
 	CHECK(a.endpoint_changes.get() == 0);

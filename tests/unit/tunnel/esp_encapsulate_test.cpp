@@ -39,7 +39,8 @@ TEST_CASE("encapsulate: an inner destination no peer's allowed_ips cover is no_r
 	mapped.bytes[12] = 10;
 	mapped.bytes[13] = 2;
 	mapped.bytes[15] = 7;
-	check_out_drop(encap(link.a, test::ipv6_packet(kSiteA.host6(1), mapped, 60, rng)), Drop::no_route, nullptr);
+	check_out_drop(encap(link.a, test::ipv6_packet(kSiteA.host6(1), mapped, 60, rng)), Drop::no_route,
+	               nullptr);
 	CHECK(link.b_at_a().out.next_seq == 1);
 }
 
@@ -48,8 +49,10 @@ TEST_CASE("encapsulate: a peer without an endpoint is no_endpoint, and no sequen
 	opt.endpoint_known = false;
 	test::Link link = test::make_link(opt);
 	test::Rng rng(2);
-	check_out_drop(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)), Drop::no_endpoint, &link.b_at_a());
-	check_out_drop(encap(link.a, test::packet_v6(kSiteA, kSiteB, 60, rng)), Drop::no_endpoint, &link.b_at_a());
+	check_out_drop(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)), Drop::no_endpoint,
+	               &link.b_at_a());
+	check_out_drop(encap(link.a, test::packet_v6(kSiteA, kSiteB, 60, rng)), Drop::no_endpoint,
+	               &link.b_at_a());
 	CHECK(link.b_at_a().out.next_seq == 1);
 	CHECK(link.b_at_a().out.packets.get() == 0);
 }
@@ -90,15 +93,16 @@ TEST_CASE("encapsulate without ESN sends 2^32 - 1 and then stops: seq_exhausted 
 			Bytes inner = test::packet_v4(kSiteA, kSiteB, 60, rng);
 			auto d = test::seal_inner(link.a, inner);
 			REQUIRE(d);
-			CHECK(((*d)[4] == 0xff && (*d)[5] == 0xff && (*d)[6] == 0xff && (*d)[7] == uint8_t(want)));
+			CHECK(((*d)[4] == 0xff && (*d)[5] == 0xff && (*d)[6] == 0xff &&
+			       (*d)[7] == uint8_t(want)));
 			// The receiver's first packet is far up the space: fine without ESN.
 			InboundResult r = decapsulate(link.b, *d, kSiteA.ep, 1);
 			REQUIRE(r.verdict == Verdict::forward);
 			CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
 		}
 		for (int i = 0; i < 3; i++)
-			check_out_drop(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)), Drop::seq_exhausted,
-			               &link.b_at_a());
+			check_out_drop(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)),
+			               Drop::seq_exhausted, &link.b_at_a());
 		CHECK(sa.packets.get() == 2);
 		CHECK(sa.last_seq.load() == 0xffffffff);
 	}
@@ -114,8 +118,10 @@ TEST_CASE("encapsulate with ESN goes past 2^32 but stops before the 64-bit count
 	CHECK(sa.next_seq == 0x100000001);
 	sa.next_seq = UINT64_MAX - 1;
 	CHECK(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)).verdict == Verdict::forward);
-	check_out_drop(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)), Drop::seq_exhausted, &link.b_at_a());
-	check_out_drop(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)), Drop::seq_exhausted, &link.b_at_a());
+	check_out_drop(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)), Drop::seq_exhausted,
+	               &link.b_at_a());
+	check_out_drop(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)), Drop::seq_exhausted,
+	               &link.b_at_a());
 	CHECK(sa.next_seq == UINT64_MAX);
 }
 

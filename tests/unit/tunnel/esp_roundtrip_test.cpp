@@ -15,7 +15,9 @@ using test::Bytes;
 using test::kSiteA;
 using test::kSiteB;
 
-uint32_t be32_at(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
+uint32_t be32_at(const uint8_t* p) {
+	return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
+}
 
 /// Sizes to try: every one from the smallest header to 2048, then a sample to 9000.
 std::vector<size_t> sizes_from(size_t min) {
@@ -29,7 +31,8 @@ std::vector<size_t> sizes_from(size_t min) {
 	return s;
 }
 
-TEST_CASE("decapsulate(encapsulate(p)) == p for all ciphers, ESN on and off, IPv4 and IPv6, sizes up to 9000") {
+TEST_CASE(
+    "decapsulate(encapsulate(p)) == p for all ciphers, ESN on and off, IPv4 and IPv6, sizes up to 9000") {
 	constexpr int64_t kNow = 1'700'000'000'123;
 	for (const crypto::CipherSpec& spec : crypto::all_ciphers()) {
 		for (bool esn : {true, false}) {
@@ -62,7 +65,8 @@ TEST_CASE("decapsulate(encapsulate(p)) == p for all ciphers, ESN on and off, IPv
 					REQUIRE(be32_at(out.datagram.data()) == test::spi_of(kSiteB, kSiteA));
 					REQUIRE(be32_at(out.datagram.data() + 4) == uint32_t(n));
 
-					InboundResult in = decapsulate(link.b, out.datagram, kSiteA.ep, kNow + int64_t(n));
+					InboundResult in =
+					    decapsulate(link.b, out.datagram, kSiteA.ep, kNow + int64_t(n));
 					REQUIRE(in.verdict == Verdict::forward);
 					REQUIRE(in.peer == &a_at_b);
 					REQUIRE_FALSE(in.endpoint_changed);
@@ -140,7 +144,8 @@ TEST_CASE("encapsulate writes RFC 4303 padding 1, 2, 3, ..., the pad length and 
 			auto rx = test::transform_to(kSiteB, spec.id, esn);
 			for (size_t len = 40; len < 40 + 2 * spec.align + 3; len++) {
 				for (int family : {4, 6}) {
-					INFO(spec.name, esn ? " esn" : "", " inner v", family, " length ", len);
+					INFO(spec.name, esn ? " esn" : "", " inner v", family, " length ",
+					     len);
 					Bytes inner = family == 4 ? test::packet_v4(kSiteA, kSiteB, len, rng)
 					                          : test::packet_v6(kSiteA, kSiteB, len, rng);
 					auto d = test::seal_inner(link.a, inner);

@@ -81,16 +81,16 @@ TEST_CASE("esp_overhead matches hand-computed values") {
 	const auto& sha1 = crypto::cipher_spec(Cipher::aes128_cbc_sha1);
 	const auto& sha256 = crypto::cipher_spec(Cipher::aes256_cbc_sha256);
 	// GCM: header 8 + IV 8 + (pad + trailer to a multiple of 4) + ICV 16.
-	CHECK(esp::esp_overhead(gcm, 100) == 8 + 8 + 4 + 16);  // 102 -> 104
-	CHECK(esp::esp_overhead(gcm, 101) == 8 + 8 + 3 + 16);  // 103 -> 104
-	CHECK(esp::esp_overhead(gcm, 102) == 8 + 8 + 2 + 16);  // 104 -> 104
-	CHECK(esp::esp_overhead(gcm, 103) == 8 + 8 + 5 + 16);  // 105 -> 108
+	CHECK(esp::esp_overhead(gcm, 100) == 8 + 8 + 4 + 16); // 102 -> 104
+	CHECK(esp::esp_overhead(gcm, 101) == 8 + 8 + 3 + 16); // 103 -> 104
+	CHECK(esp::esp_overhead(gcm, 102) == 8 + 8 + 2 + 16); // 104 -> 104
+	CHECK(esp::esp_overhead(gcm, 103) == 8 + 8 + 5 + 16); // 105 -> 108
 	// CBC-SHA1: header 8 + IV 16 + (pad + trailer to a multiple of 16) + ICV 12.
 	CHECK(esp::esp_overhead(sha1, 100) == 8 + 16 + 12 + 12); // 102 -> 112
 	CHECK(esp::esp_overhead(sha1, 110) == 8 + 16 + 2 + 12);  // 112 -> 112
 	CHECK(esp::esp_overhead(sha1, 111) == 8 + 16 + 17 + 12); // 113 -> 128
 	// CBC-SHA256: ICV 16.
-	CHECK(esp::esp_overhead(sha256, 1422) == 8 + 16 + 2 + 16); // 1424 -> 1424
+	CHECK(esp::esp_overhead(sha256, 1422) == 8 + 16 + 2 + 16);  // 1424 -> 1424
 	CHECK(esp::esp_overhead(sha256, 1423) == 8 + 16 + 17 + 16); // 1425 -> 1440
 }
 
@@ -108,7 +108,8 @@ TEST_CASE("an inner packet of max_inner_mtu bytes fits the underlay after encaps
 				REQUIRE(max > 100);
 				// Every length around the maximum: fits exactly when <= max.
 				for (size_t len = max - 40; len <= max + 40; len++) {
-					test::Bytes inner = test::packet_v4(test::kSiteA, test::kSiteB, len, rng);
+					test::Bytes inner =
+					    test::packet_v4(test::kSiteA, test::kSiteB, len, rng);
 					auto dgram = test::seal_inner(link.a, inner);
 					REQUIRE(dgram);
 					CHECK(dgram->size() == len + esp::esp_overhead(spec, len));

@@ -39,29 +39,29 @@ void run_table(ReplayWindow& w, const std::vector<Step>& steps) {
 TEST_CASE("ReplayWindow 1024 without ESN: first packet, order, duplicates, window edges, far jumps") {
 	ReplayWindow w(1024, false);
 	run_table(w, {
-	                 {0, R},            // 1: sequence number 0 is never sent (RFC 4303 3.3.3)
-	                 {1, A, 1},         // 2: first packet
-	                 {1, R},            // 3: duplicate
-	                 {2, A, 2},         // 4
-	                 {3, A, 3},         // 5
-	                 {10, A, 10},       // 6: gap
-	                 {5, A, 5},         // 7: reordered inside the window
-	                 {5, R},            // 8: duplicate of a reordered one
-	                 {4, A, 4},         // 9
-	                 {10, R},           // 10
-	                 {1033, A, 1033},   // 11: window now 10..1033
-	                 {9, R},            // 12: 1033 - 9 = 1024 = size: left of the window
-	                 {11, A, 11},       // 13: 1033 - 11 = 1022
-	                 {10, R},           // 14: size - 1 away but already seen
-	                 {2000, A, 2000},   // 15: window 977..2000
-	                 {977, A, 977},     // 16: exactly size - 1 below the top
-	                 {976, R},          // 17: exactly size below the top
-	                 {977, R},          // 18
-	                 {1999, A, 1999},   // 19
-	                 {4048, A, 4048},   // 20: jump of 2048 = the whole 32-word ring
-	                 {4047, A, 4047},   // 21: same ring bit as 1999 (seen): must be clear
-	                 {3025, A, 3025},   // 22: same ring bit as 977 (seen), size - 1 below the top
-	                 {3024, R},         // 23: size below the top
+	                 {0, R},              // 1: sequence number 0 is never sent (RFC 4303 3.3.3)
+	                 {1, A, 1},           // 2: first packet
+	                 {1, R},              // 3: duplicate
+	                 {2, A, 2},           // 4
+	                 {3, A, 3},           // 5
+	                 {10, A, 10},         // 6: gap
+	                 {5, A, 5},           // 7: reordered inside the window
+	                 {5, R},              // 8: duplicate of a reordered one
+	                 {4, A, 4},           // 9
+	                 {10, R},             // 10
+	                 {1033, A, 1033},     // 11: window now 10..1033
+	                 {9, R},              // 12: 1033 - 9 = 1024 = size: left of the window
+	                 {11, A, 11},         // 13: 1033 - 11 = 1022
+	                 {10, R},             // 14: size - 1 away but already seen
+	                 {2000, A, 2000},     // 15: window 977..2000
+	                 {977, A, 977},       // 16: exactly size - 1 below the top
+	                 {976, R},            // 17: exactly size below the top
+	                 {977, R},            // 18
+	                 {1999, A, 1999},     // 19
+	                 {4048, A, 4048},     // 20: jump of 2048 = the whole 32-word ring
+	                 {4047, A, 4047},     // 21: same ring bit as 1999 (seen): must be clear
+	                 {3025, A, 3025},     // 22: same ring bit as 977 (seen), size - 1 below the top
+	                 {3024, R},           // 23: size below the top
 	                 {100000, A, 100000}, // 24: far jump
 	                 {99000, A, 99000},   // 25: 1000 below the top
 	                 {2000, R},           // 26: long gone
@@ -103,34 +103,34 @@ TEST_CASE("ReplayWindow 64 without ESN: edges and ring reuse") {
 TEST_CASE("ReplayWindow 8192 without ESN: WireGuard's window size") {
 	ReplayWindow w(8192, false);
 	run_table(w, {
-	                 {1, A, 1},           // 1
-	                 {8192, A, 8192},     // 2: window 1..8192
-	                 {1, R},              // 3: seen
-	                 {8193, A, 8193},     // 4: window 2..8193
-	                 {1, R},              // 5: left
-	                 {2, A, 2},           // 6: 8191 below
-	                 {3, A, 3},           // 7
-	                 {24577, A, 24577},   // 8: jump of 16384 = the whole 256-word ring
-	                 {16386, A, 16386},   // 9: same ring bit as 2 (seen), 8191 below
-	                 {16385, R},          // 10: 8192 below
-	                 {16387, A, 16387},   // 11: same ring bit as 3 (seen)
-	                 {16387, R},          // 12
-	                 {20000, A, 20000},   // 13
+	                 {1, A, 1},         // 1
+	                 {8192, A, 8192},   // 2: window 1..8192
+	                 {1, R},            // 3: seen
+	                 {8193, A, 8193},   // 4: window 2..8193
+	                 {1, R},            // 5: left
+	                 {2, A, 2},         // 6: 8191 below
+	                 {3, A, 3},         // 7
+	                 {24577, A, 24577}, // 8: jump of 16384 = the whole 256-word ring
+	                 {16386, A, 16386}, // 9: same ring bit as 2 (seen), 8191 below
+	                 {16385, R},        // 10: 8192 below
+	                 {16387, A, 16387}, // 11: same ring bit as 3 (seen)
+	                 {16387, R},        // 12
+	                 {20000, A, 20000}, // 13
 	             });
 }
 
 TEST_CASE("ReplayWindow 1024 with ESN: crossing 2^32 and late packets from the previous subspace") {
 	ReplayWindow w(1024, true);
 	run_table(w, {
-	                 {0, R},                          // 1: 64-bit number 0 is never sent
-	                 {1, A, 1},                       // 2
-	                 {0xfffffff0, A, 0xfffffff0},     // 3: far jump inside subspace 0
-	                 {0xffffffff, A, 0xffffffff},     // 4: top = 2^32 - 1 (case A)
-	                 {0, A, k2p32},                   // 5: below the window bottom: next subspace
-	                 {3, A, k2p32 + 3},               // 6: window now straddles 2^32 (case B)
-	                 {0xfffffffe, A, 0xfffffffe},     // 7: late packet from subspace 0: Th - 1
-	                 {0xffffffff, R},                 // 8: seen, inferred in subspace 0
-	                 {0xfffffc04, A, 0xfffffc04},     // 9: 2^32 + 3 - 1023: the window bottom
+	                 {0, R},                      // 1: 64-bit number 0 is never sent
+	                 {1, A, 1},                   // 2
+	                 {0xfffffff0, A, 0xfffffff0}, // 3: far jump inside subspace 0
+	                 {0xffffffff, A, 0xffffffff}, // 4: top = 2^32 - 1 (case A)
+	                 {0, A, k2p32},               // 5: below the window bottom: next subspace
+	                 {3, A, k2p32 + 3},           // 6: window now straddles 2^32 (case B)
+	                 {0xfffffffe, A, 0xfffffffe}, // 7: late packet from subspace 0: Th - 1
+	                 {0xffffffff, R},             // 8: seen, inferred in subspace 0
+	                 {0xfffffc04, A, 0xfffffc04}, // 9: 2^32 + 3 - 1023: the window bottom
 	                 {0xfffffc03, A, 2 * k2p32 - 0x3fd, false}, // 10: below the bottom: read as
 	                                                            // ahead in subspace 1; the ICV fails
 	                 {0xfffffc03, A, 2 * k2p32 - 0x3fd, false}, // 11: nothing was recorded
@@ -178,30 +178,30 @@ TEST_CASE("ReplayWindow 0 disables the replay check but still infers ESN high bi
 	SUBCASE("without ESN") {
 		ReplayWindow w(0, false);
 		run_table(w, {
-		                 {0, R},       // 1: 0 is still never valid
-		                 {1, A, 1},    // 2
-		                 {1, A, 1},    // 3: duplicate accepted
-		                 {5, A, 5},    // 4
-		                 {3, A, 3},    // 5: older accepted
-		                 {5, A, 5},    // 6
-		                 {0, R},       // 7
+		                 {0, R},    // 1: 0 is still never valid
+		                 {1, A, 1}, // 2
+		                 {1, A, 1}, // 3: duplicate accepted
+		                 {5, A, 5}, // 4
+		                 {3, A, 3}, // 5: older accepted
+		                 {5, A, 5}, // 6
+		                 {0, R},    // 7
 		             });
 		CHECK(w.highest() == 5);
 	}
 	SUBCASE("with ESN") {
 		ReplayWindow w(0, true);
 		run_table(w, {
-		                 {0, R},                               // 1
-		                 {1, A, 1},                            // 2
-		                 {0xfffffff0, A, 0xfffffff0},          // 3: nearer to 1 going back, but
-		                                                       //    there is no subspace -1
-		                 {5, A, k2p32 + 5},                    // 4: 21 ahead across the wrap
-		                 {0xfffffff8, A, 0xfffffff8},          // 5: 13 behind across the wrap
-		                 {5, A, k2p32 + 5},                    // 6: duplicate accepted
-		                 {0, A, k2p32},                        // 7: 5 behind
-		                 {0x80000004, A, k2p32 + 0x80000004},  // 8: 2^31 - 1 ahead
-		                 {4, A, k2p32 + 4},                    // 9: exactly 2^31 away: behind
-		                 {0x00000003, A, 2 * k2p32 + 3},       // 10: 2^31 - 1 ahead across the wrap
+		                 {0, R},                              // 1
+		                 {1, A, 1},                           // 2
+		                 {0xfffffff0, A, 0xfffffff0},         // 3: nearer to 1 going back, but
+		                                                      //    there is no subspace -1
+		                 {5, A, k2p32 + 5},                   // 4: 21 ahead across the wrap
+		                 {0xfffffff8, A, 0xfffffff8},         // 5: 13 behind across the wrap
+		                 {5, A, k2p32 + 5},                   // 6: duplicate accepted
+		                 {0, A, k2p32},                       // 7: 5 behind
+		                 {0x80000004, A, k2p32 + 0x80000004}, // 8: 2^31 - 1 ahead
+		                 {4, A, k2p32 + 4},                   // 9: exactly 2^31 away: behind
+		                 {0x00000003, A, 2 * k2p32 + 3},      // 10: 2^31 - 1 ahead across the wrap
 		             });
 		CHECK(w.highest() == 2 * k2p32 + 3);
 	}
@@ -253,7 +253,8 @@ TEST_CASE("ReplayWindow commit after a jump larger than the ring clears every bi
 			// Every other number in the new window is unseen, whatever bit it shares.
 			size_t bad = 0;
 			for (uint64_t back = 1; back < size; back++)
-				if (w.check(uint32_t(top - back)) != std::optional<uint64_t>(top - back)) bad++;
+				if (w.check(uint32_t(top - back)) != std::optional<uint64_t>(top - back))
+					bad++;
 			CHECK(bad == 0);
 			// Just below the window: a replay without ESN, the next subspace with it.
 			std::optional<uint64_t> below = w.check(uint32_t(top - size));

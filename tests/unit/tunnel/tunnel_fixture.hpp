@@ -148,12 +148,24 @@ struct Site {
 // SPIs (see spi_of) differ from each other in several bits and have bits set
 // in every byte, so a one-bit flip never yields another test SPI, zero (the
 // non-ESP marker) or a reserved SPI.
-inline const Site kSiteA{"a",  prefix(ip4(10, 1, 0, 0), 16),   prefix(ip6(0xfd00, 1, 0, 0), 48),
-                         endpoint(ip4(192, 0, 2, 1), 4500), 0x0a0b0c0d, 0xa0};
-inline const Site kSiteB{"b",  prefix(ip4(10, 2, 0, 0), 16),       prefix(ip6(0xfd00, 2, 0, 0), 48),
-                         endpoint(ip4(198, 51, 100, 2), 4500), 0x3c5a6e77, 0xb0};
-inline const Site kSiteC{"c",  prefix(ip4(10, 3, 0, 0), 16),      prefix(ip6(0xfd00, 3, 0, 0), 48),
-                         endpoint(ip4(203, 0, 113, 3), 4500), 0x55667788, 0xc0};
+inline const Site kSiteA{"a",
+                         prefix(ip4(10, 1, 0, 0), 16),
+                         prefix(ip6(0xfd00, 1, 0, 0), 48),
+                         endpoint(ip4(192, 0, 2, 1), 4500),
+                         0x0a0b0c0d,
+                         0xa0};
+inline const Site kSiteB{"b",
+                         prefix(ip4(10, 2, 0, 0), 16),
+                         prefix(ip6(0xfd00, 2, 0, 0), 48),
+                         endpoint(ip4(198, 51, 100, 2), 4500),
+                         0x3c5a6e77,
+                         0xb0};
+inline const Site kSiteC{"c",
+                         prefix(ip4(10, 3, 0, 0), 16),
+                         prefix(ip6(0xfd00, 3, 0, 0), 48),
+                         endpoint(ip4(203, 0, 113, 3), 4500),
+                         0x55667788,
+                         0xc0};
 
 /// The SPI @receiver receives from @sender on.
 inline uint32_t spi_of(const Site& receiver, const Site& sender) {
@@ -217,7 +229,7 @@ struct PacketBuffer {
 
 	void load(std::span<const uint8_t> inner) {
 		if (inner.size() > esp::kMaxInner) throw std::invalid_argument("inner packet too big");
-		std::memcpy(mem.data() + esp::kHeadroom, inner.data(), inner.size());
+		if (!inner.empty()) std::memcpy(mem.data() + esp::kHeadroom, inner.data(), inner.size());
 	}
 };
 
@@ -247,7 +259,8 @@ inline Bytes packet_v6(const Site& from, const Site& to, size_t total, Rng& rng)
  * [SPI][seq lo][IV][@plaintext][ICV]. @plaintext holds payload, padding, pad
  * length and next header and must be a multiple of the cipher's alignment.
  */
-inline Bytes seal_esp(crypto::EspTransform& tx, uint32_t spi, uint64_t seq, std::span<const uint8_t> plaintext) {
+inline Bytes seal_esp(crypto::EspTransform& tx, uint32_t spi, uint64_t seq,
+                      std::span<const uint8_t> plaintext) {
 	const crypto::CipherSpec& spec = tx.spec();
 	if (plaintext.size() % spec.align != 0) throw std::invalid_argument("seal_esp: unaligned plaintext");
 	Bytes esp(esp::kHeaderLen + spec.iv_len + plaintext.size() + spec.icv_len);
@@ -259,7 +272,8 @@ inline Bytes seal_esp(crypto::EspTransform& tx, uint32_t spi, uint64_t seq, std:
 	esp[5] = uint8_t(seq >> 16);
 	esp[6] = uint8_t(seq >> 8);
 	esp[7] = uint8_t(seq);
-	std::memcpy(esp.data() + esp::kHeaderLen + spec.iv_len, plaintext.data(), plaintext.size());
+	if (!plaintext.empty()) // an empty span's data() may be null, which memcpy does not allow
+		std::memcpy(esp.data() + esp::kHeaderLen + spec.iv_len, plaintext.data(), plaintext.size());
 	tx.seal(esp, seq);
 	return esp;
 }
