@@ -159,15 +159,19 @@ void receive(World& w, std::span<const uint8_t> dgram, const Endpoint& src) {
 		std::fprintf(stderr, "  %zu bytes from %s: %.*s%s\n", d.size(), to_string(src).c_str(),
 		             int(what.size()), what.data(), r.endpoint_changed ? " (endpoint changed)" : "");
 	}
+	// Only authenticated packets (forwarded ones and dummy packets) may move a peer.
+	bool authenticated = r.verdict == Verdict::forward ||
+	                     (r.verdict == Verdict::ignore && r.ignore == Ignore::dummy_packet);
+	if (r.endpoint_changed &&
+	    (!authenticated || !r.peer || !(r.peer->endpoint() == std::optional<Endpoint>(src))))
+		__builtin_trap();
 	if (r.verdict == Verdict::forward) {
 		// The inner packet lies inside the datagram and is a whole IP packet.
 		if (r.inner.empty() || r.inner.data() < d.data() ||
 		    r.inner.data() + r.inner.size() > d.data() + d.size())
 			__builtin_trap();
 		if (!r.peer) __builtin_trap();
-		if (r.endpoint_changed && !(r.peer->endpoint() == std::optional<Endpoint>(src)))
-			__builtin_trap();
-	} else if (!r.inner.empty() || r.endpoint_changed) {
+	} else if (!r.inner.empty()) {
 		__builtin_trap();
 	}
 }

@@ -1,0 +1,39 @@
+// esptun-bench: measurements and demonstrations around esptun-gateway.
+// main() only dispatches to a subcommand; each lives in its own file.
+#include "apps/bench/demo.hpp"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+
+void usage(std::FILE* to) {
+	std::fprintf(to,
+	             "usage: esptun-bench COMMAND [OPTIONS]\n"
+	             "\n"
+	             "commands:\n"
+	             "%s"
+	             "  help                  this text\n",
+	             esptun::bench::kDemoUsage);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+	std::vector<std::string> args(argv + 1, argv + argc);
+	if (args.empty()) {
+		usage(stderr);
+		return 2;
+	}
+	const std::string cmd = args.front();
+	args.erase(args.begin());
+	if (cmd == "demo") return esptun::bench::run_demo(args);
+	if (cmd == "help" || cmd == "-h" || cmd == "--help") {
+		usage(stdout);
+		return 0;
+	}
+	std::fprintf(stderr, "esptun-bench: unknown command \"%s\"\n\n", cmd.c_str());
+	usage(stderr);
+	return 2;
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# setup.sh - install the Debian packages esptun needs to build, test and run
+# its VM tests. Idempotent: when everything is present it only checks
+# (well under a second) and touches nothing. Needs root only when something
+# is missing: run it as `sudo scripts/setup.sh`.
+set -euo pipefail
+
+# Build: compiler, CMake, and the libraries the tree links against.
+build_pkgs=(g++ cmake make pkg-config libssl-dev liburing-dev libasio-dev libtomlplusplus-dev doctest-dev)
+# Tests: namespaces and addresses (iproute2), traffic (iperf3, ping), the
+# scapy interop peer, clang + its runtimes for the fuzz build and
+# clang-format, and pgrep/sysctl (procps).
+test_pkgs=(iproute2 iperf3 iputils-ping python3-scapy clang clang-format libclang-rt-14-dev procps git)
+# VM tests: a stock Debian kernel (vhost_net.ko, esp4.ko) booted under qemu
+# with a busybox initramfs.
+vm_pkgs=(qemu-system-x86 linux-image-amd64 busybox-static cpio kmod)
+
+# is_installed() - true when dpkg reports package $1 as fully installed
+is_installed() {
+	[[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]
+}
+
+missing=()
+for pkg in "${build_pkgs[@]}" "${test_pkgs[@]}" "${vm_pkgs[@]}"; do
+	is_installed "$pkg" || missing+=("$pkg")
+done
+
+if ((${#missing[@]} == 0)); then
+	echo "setup.sh: all packages present"
+	exit 0
+fi
+
+echo "setup.sh: missing: ${missing[*]}"
+if ((EUID != 0)); then
+	echo "setup.sh: installing packages needs root: run 'sudo scripts/setup.sh'" >&2
+	exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+
+# Verify: apt-get can succeed and still leave a package half-configured.
+still=()
+for pkg in "${missing[@]}"; do
+	is_installed "$pkg" || still+=("$pkg")
+done
+if ((${#still[@]})); then
+	echo "setup.sh: still not installed after apt-get: ${still[*]}" >&2
+	exit 1
+fi
+echo "setup.sh: installed ${missing[*]}"

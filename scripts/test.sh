@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# test.sh - the whole suite, as CI runs it (.ci/run), from a fresh machine:
+#   1. setup.sh            install missing packages
+#   2. build/              -DESPTUN_WERROR=ON, then ctest: unit, interop, netns
+#   3. build-asan/         ASan+UBSan build, unit tests only (ctest -L unit)
+#   4. build-fuzz/         clang libFuzzer build; each fuzz-* target runs
+#                          ESPTUN_FUZZ_SECONDS (default 20) over a copy of
+#                          tests/fuzz/corpus/<name>/
+#   5. format              clang-format --dry-run --Werror (check-format.sh)
+# Every step runs even when an earlier one failed (except that a failed
+# build skips its own tests); the summary at the end lists each step, and the
+# exit status is non-zero when any step failed. Needs root: the netns and
+# interop tests create namespaces and tun devices.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=$(nproc)
+fuzz_seconds=${ESPTUN_FUZZ_SECONDS:-20}
+logdir=$(mktemp -d /tmp/esptun-test.XXXXXX)
+trap 'rm -rf "$logdir"' EXIT
+
+results=()  # "status|step|seconds"
+failed=0
+ctest_closing=""
+
+# record() - remember the outcome of a step for the summary
+# $1: exit status, $2: step name, $3: start time (seconds since epoch)
+record() {
+	local status=ok
+	if (($1 != 0)); then
+		status=FAILED
+		failed=1
+	fi
+	results+=("$status|$2|$(($(date +%s) - $3))")
+	echo "=== $2: $status"
+}
+
+# step() - run a command as a named step: step NAME CMD ARGS...
+step() {
+	local name=$1 start rc
+	shift
+	echo
+	echo "=== $name: $*"
+	start=$(date +%s)
+	"$@"
+	rc=$?
+	record "$rc" "$name" "$start"
+	return "$rc"
+}
+
+# run_ctest() - ctest with its output visible, keeping its closing line
+# $1: build dir; further arguments go to ctest
+run_ctest() {
+	local dir=$1 rc
+	shift
+	ctest --test-dir "$dir" --output-on-failure --no-tests=error "$@" 2>&1 | tee "$logdir/ctest.log"
+	rc=${PIPESTATUS[0]}
+	local closing
+	closing=$(grep -E '^[0-9]+% tests passed' "$logdir/ctest.log" | tail -n 1)
+	[[ -n "$closing" ]] && ctest_closing+="  $dir: $closing"$'\n'
+	return "$rc"
+}
+
+# targets_named() - the build targets of build dir $1 whose names start with $2
+targets_named() {
+	cmake --build "$1" --target help | grep -oE "\\b$2[A-Za-z0-9_-]+" | sort -u
+}
+
+# build_asan() - configure build-asan and build only what `ctest -L unit`
+# runs: the sanitized programs are not needed, and ASan builds are slow.
+build_asan() {
+	local targets
+	cmake -S . -B build-asan -DESPTUN_SANITIZE=ON || return 1
+	targets=$(targets_named build-asan unit-)
+	# shellcheck disable=SC2086 # one target name per word
+	cmake --build build-asan -j"$jobs" ${targets:+--target $targets}
+}
+
+# run_fuzzers() - build the libFuzzer targets, run each for a bounded time
+run_fuzzers() {
+	local targets bin name corpus work rc=0
+	targets=$(targets_named build-fuzz fuzz-)
+	if [[ -z "$targets" ]]; then
+		echo "no fuzz targets (tests/fuzz/fuzz_*.cpp)"
+		return 0
+	fi
+	# shellcheck disable=SC2086 # one target name per word
+	cmake --build build-fuzz -j"$jobs" --target $targets || return 1
+	for name in $targets; do
+		bin=build-fuzz/$name
+		corpus=tests/fuzz/corpus/${name#fuzz-}
+		work=$(mktemp -d "$logdir/$name.XXXXXX")
+		[[ -d "$corpus" ]] && cp -r "$corpus/." "$work/"
+		echo "--- $name: ${fuzz_seconds}s over $(find "$work" -type f | wc -l) corpus files"
+		if "$bin" -max_total_time="$fuzz_seconds" -timeout=10 -print_final_stats=1 \
+			-artifact_prefix="$logdir/$name-" "$work" >"$logdir/$name.log" 2>&1; then
+			grep -E '^(Done|stat::number_of_executed_units)' "$logdir/$name.log" || true
+		else
+			rc=1
+			echo "$name FAILED; end of its log:"
+			tail -n 60 "$logdir/$name.log"
+			for a in "$logdir/$name-"*; do
+				[[ -f "$a" ]] || continue
+				mkdir -p build-fuzz/artifacts && cp "$a" build-fuzz/artifacts/
+				echo "crash input saved to build-fuzz/artifacts/$(basename "$a")"
+			done
+		fi
+	done
+	return "$rc"
+}
+
+if ((EUID != 0)); then
+	echo "test.sh: the netns and interop tests need root: run 'sudo scripts/test.sh'" >&2
+fi
+
+step "setup" scripts/setup.sh || exit 1
+
+# The build type is pinned because demo.sh leaves build/ configured as Release.
+if step "build (Werror)" bash -c \
+	"cmake -S . -B build -DESPTUN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build -j$jobs"; then
+	step "ctest build/ (unit, interop, netns)" run_ctest build
+fi
+
+if step "build-asan (ASan+UBSan, unit tests)" build_asan; then
+	# detect_leaks stays on; a leak is a failure like any other finding.
+	ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1} \
+		UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+		step "ctest build-asan/ -L unit" run_ctest build-asan -L unit
+fi
+
+if step "configure build-fuzz (clang)" bash -c \
+	"CXX=clang++ cmake -S . -B build-fuzz -DESPTUN_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++"; then
+	step "fuzz (${fuzz_seconds}s per target)" run_fuzzers
+fi
+
+step "format (clang-format)" scripts/check-format.sh
+
+echo
+echo "================ test.sh summary ================"
+for r in "${results[@]}"; do
+	IFS='|' read -r status name secs <<<"$r"
+	printf '  %-7s %-42s %5ss\n' "$status" "$name" "$secs"
+done
+if [[ -n "$ctest_closing" ]]; then
+	echo "ctest:"
+	printf '%s' "$ctest_closing"
+fi
+if ((failed)); then
+	echo "test.sh: FAILED"
+	exit 1
+fi
+echo "test.sh: all steps passed"
