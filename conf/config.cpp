@@ -40,8 +40,8 @@ std::string_view tun_io_name(TunIo io) noexcept {
 namespace {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
-constexpr std::string_view kTunnelKeys[] = {"interface", "addresses",      "listen",   "mtu",
-                                            "tun_io",    "control_socket", "route_all"};
+constexpr std::string_view kTunnelKeys[] = {"interface", "addresses",      "listen",    "mtu",
+                                            "tun_io",    "control_socket", "route_all", "direct_write_max"};
 constexpr std::string_view kPeerKeys[] = {"name", "endpoint",      "allowed_ips", "cipher",
                                           "esn",  "replay_window", "out",         "in"};
 constexpr std::string_view kSaKeys[] = {"spi",          "key",      "key_file",     "enc_key",
@@ -347,6 +347,15 @@ void Loader::parse_tunnel(const toml::table& t) {
 		else
 			fail(v->line,
 			     "tun_io " + q(v->value) + " is unknown; use \"auto\", \"vhost\" or \"direct\"");
+	}
+
+	if (auto v = get_int(t, "direct_write_max", where)) {
+		if (v->value < 0 || v->value > kMaxDirectWriteMax)
+			fail(v->line, "direct_write_max " + std::to_string(v->value) +
+			                  " is out of range; use 0 (always the vhost ring) up to " +
+			                  std::to_string(kMaxDirectWriteMax) + " (default " +
+			                  std::to_string(kDefaultDirectWriteMax) + ")");
+		tc.direct_write_max = static_cast<uint32_t>(v->value);
 	}
 
 	if (auto v = get_string(t, "control_socket", where)) {

@@ -18,6 +18,9 @@ namespace esptun::conf {
 inline constexpr uint16_t kDefaultPort = 4500; // RFC 3948 section 2.2
 inline constexpr uint32_t kDefaultReplayWindow = 1024;
 inline constexpr uint32_t kMaxReplayWindow = 65536;
+/// tun_io vhost: inbound batches of at most this many packets skip an idle TX ring.
+inline constexpr uint32_t kDefaultDirectWriteMax = 4;
+inline constexpr uint32_t kMaxDirectWriteMax = 256; // the TX ring's size: a larger batch never fits
 
 enum class TunIo : uint8_t { automatic, vhost, direct };
 enum class Role : uint8_t { gateway, client };
@@ -50,6 +53,9 @@ struct TunnelConfig {
 	Endpoint listen;                 ///< default 0.0.0.0:4500
 	uint32_t mtu = 0;                ///< 0 = derive from underlay MTU and cipher overhead
 	TunIo tun_io = TunIo::automatic;
+	/// vhost only: an inbound batch of at most this many packets is written to
+	/// the tun directly when the TX ring is idle (would need a kick); 0 = always the ring
+	uint32_t direct_write_max = kDefaultDirectWriteMax;
 	std::string control_socket; ///< default /run/esptun/<interface>.sock
 	bool route_all = false;     ///< client only: default route through the tunnel
 };

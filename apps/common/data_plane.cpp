@@ -1,13 +1,14 @@
 // The packet loop: see data_plane.hpp.
 //
-// Outbound: poll says the tun is readable -> read up to kBatch packets, each
-//   into its own buffer behind esp::kHeadroom -> encapsulate() in place ->
-//   one sendmmsg() for the batch.
+// Outbound: poll says the tun side has packets (tun fd readable, or the vhost
+//   RX ring's call eventfd) -> TunPort::read_batch() up to kBatch packets,
+//   each in its own buffer behind esp::kHeadroom -> encapsulate() in place ->
+//   one sendmmsg() for the batch -> TunPort::read_done() recycles the buffers.
 // Inbound: poll says the socket is readable -> one recvmmsg() of up to kBatch
-//   datagrams -> decapsulate() in place -> write() each inner packet to the tun.
+//   datagrams into the port's receive slots -> decapsulate() in place ->
+//   TunPort::write_batch() hands the inner packets to the tun.
 #include "apps/common/data_plane.hpp"
 
-#include "platform/tun.hpp"
 #include "tunnel/esp.hpp"
 
 #include <cerrno>
@@ -33,37 +34,36 @@ bool wait_writable(int fd, int ms) noexcept {
 
 } // namespace
 
+DataPlane::DataPlane(const SaTable& table, TunPort& tun, platform::UdpSocket& udp, DataPathStats& stats)
+    : table_(table), tun_(tun), udp_(udp), stats_(stats) {}
+
 DataPlane::DataPlane(const SaTable& table, int tun_fd, platform::UdpSocket& udp, DataPathStats& stats)
-    : table_(table), tun_fd_(tun_fd), udp_(udp), stats_(stats), out_mem_(kBatch * esp::kBufferSize),
-      in_mem_(kBatch * esp::kBufferSize) {
-	for (size_t i = 0; i < kBatch; i++)
-		recv_slots_[i].buf =
-		    std::span<uint8_t>(in_mem_).subspan(i * esp::kBufferSize, esp::kBufferSize);
-}
+    : table_(table), owned_tun_(std::make_unique<DirectTunPort>(tun_fd)), tun_(*owned_tun_), udp_(udp),
+      stats_(stats) {}
 
 void DataPlane::run(int stop_fd) noexcept {
-	pollfd fds[3] = {{tun_fd_, POLLIN, 0}, {udp_.fd(), POLLIN, 0}, {stop_fd, POLLIN, 0}};
+	pollfd fds[3] = {{tun_.read_fd(), POLLIN, 0}, {udp_.fd(), POLLIN, 0}, {stop_fd, POLLIN, 0}};
 	for (;;) {
-		if (poll(fds, 3, -1) < 0) {
+		// A vhost RX ring can hold work without its eventfd firing (a full
+		// batch left entries behind, or they came in while re-arming).
+		const bool sleep = tun_.can_sleep();
+		if (poll(fds, 3, sleep ? -1 : 0) < 0) {
 			if (errno == EINTR) continue;
 			return; // only EFAULT/ENOMEM: nothing sane left to do
 		}
 		if (fds[2].revents) return;
 		if (fds[1].revents) inbound_batch();
-		if (fds[0].revents) outbound_batch();
+		if (fds[0].revents) tun_.on_read_wakeup();
+		if (fds[0].revents || !sleep) outbound_batch();
 	}
 }
 
 void DataPlane::outbound_batch() noexcept {
+	const size_t got = tun_.read_batch(tun_packets_);
 	size_t n = 0;
-	for (size_t i = 0; i < kBatch; i++) {
-		std::span<uint8_t> buf =
-		    std::span<uint8_t>(out_mem_).subspan(n * esp::kBufferSize, esp::kBufferSize);
-		platform::IoResult r =
-		    platform::tun_read(tun_fd_, buf.subspan(esp::kHeadroom, esp::kMaxInner));
-		if (!r.ok()) break; // EAGAIN: drained. Other errors: poll again.
+	for (size_t i = 0; i < got; i++) {
 		stats_.tun_rx_packets.add();
-		OutboundResult res = encapsulate(table_, buf, size_t(r.n));
+		OutboundResult res = encapsulate(table_, tun_packets_[i].buf, tun_packets_[i].len);
 		if (res.verdict != Verdict::forward) {
 			stats_.drop(res.drop);
 			continue;
@@ -71,6 +71,7 @@ void DataPlane::outbound_batch() noexcept {
 		send_slots_[n++] = {res.datagram, *res.peer->endpoint()};
 	}
 	if (n) send_all(n);
+	tun_.read_done();
 }
 
 void DataPlane::send_all(size_t n) noexcept {
@@ -92,27 +93,30 @@ void DataPlane::send_all(size_t n) noexcept {
 }
 
 void DataPlane::inbound_batch() noexcept {
-	platform::BatchResult r = udp_.recv_batch(recv_slots_);
+	std::span<platform::RecvSlot> slots = tun_.recv_slots();
+	platform::BatchResult r = udp_.recv_batch(slots);
 	if (r.count == 0) return;
 	int64_t now = wall_ms();
+	size_t n = 0;
 	for (size_t i = 0; i < r.count; i++) {
-		platform::RecvSlot& slot = recv_slots_[i];
+		platform::RecvSlot& slot = slots[i];
 		stats_.udp_rx_packets.add();
 		if (slot.truncated) {
 			stats_.drop(Drop::malformed);
 			continue;
 		}
 		InboundResult res = decapsulate(table_, slot.buf.first(slot.len), slot.from, now);
-		if (res.verdict == Verdict::drop) {
+		if (res.verdict == Verdict::drop)
 			stats_.drop(res.drop);
-		} else if (res.verdict == Verdict::ignore) {
+		else if (res.verdict == Verdict::ignore)
 			stats_.ignore(res.ignore);
-		} else if (platform::tun_write(tun_fd_, res.inner).ok()) {
-			stats_.tun_tx_packets.add();
-		} else {
-			stats_.drop(Drop::tun_write_error);
-		}
+		else
+			tun_writes_[n++] = {i, res.inner};
 	}
+	if (n == 0) return;
+	const size_t failed = tun_.write_batch({tun_writes_.data(), n});
+	stats_.tun_tx_packets.add(n - failed);
+	stats_.drops[size_t(Drop::tun_write_error)].add(failed);
 }
 
 } // namespace esptun

@@ -10,6 +10,8 @@
 #include "apps/common/control.hpp"
 #include "apps/common/data_plane.hpp"
 #include "apps/common/log.hpp"
+#include "apps/common/tun_port_choice.hpp"
+#include "apps/common/vhost_tun_port.hpp"
 #include "platform/net_config_guard.hpp"
 #include "platform/netlink.hpp"
 #include "platform/sysctl.hpp"
@@ -22,6 +24,7 @@
 #include <asio/signal_set.hpp>
 #include <cerrno>
 #include <csignal>
+#include <optional>
 #include <pthread.h>
 #include <stdexcept>
 #include <thread>
@@ -179,16 +182,14 @@ void run_service(const conf::Config& config, const std::string& program) {
 	// 1. Keys and SAs first: a bad key must fail before any device exists.
 	SaTable table(peer_params(config));
 
-	// 2. Tun I/O mode. The vhost-net rings are not part of this build yet.
-	info.tun_io_mode = "direct";
-	if (tc.tun_io == conf::TunIo::vhost)
-		throw std::runtime_error("tun_io = \"vhost\": this build has no vhost-net data path yet; "
-		                         "use tun_io = \"auto\" or \"direct\"");
-	info.tun_io_reason =
-	    tc.tun_io == conf::TunIo::direct
-	        ? "tun_io = \"direct\" in the config"
-	        : "auto: this build has no vhost-net data path yet, using tun read()/write()";
-	if (tc.tun_io == conf::TunIo::automatic) log::info("tun I/O: direct (" + info.tun_io_reason + ")");
+	// 2. Tun I/O mode: open /dev/vhost-net now, so "vhost" fails before any
+	// interface exists and "auto" knows early that it will fall back.
+	TunIoChoice tun_io = choose_tun_io(tc.tun_io);
+	info.tun_io_mode = tun_io.mode;
+	info.tun_io_reason = tun_io.reason;
+	info.direct_write_max = tc.direct_write_max;
+	if (tc.tun_io == conf::TunIo::automatic && !tun_io.vhost)
+		log::info("tun I/O: direct (" + info.tun_io_reason + ")");
 
 	// 3. Underlay socket before the tun, so a busy port fails early.
 	platform::UdpSocket udp = platform::UdpSocket::bind(tc.listen);
@@ -219,8 +220,30 @@ void run_service(const conf::Config& config, const std::string& program) {
 
 	// 6. Data plane on its own thread; control plane (signals, status socket) here.
 	DataPathStats stats;
+	TunIoStats tun_stats;
+	info.tun_io_stats = &tun_stats;
+	// The vhost rings need the tun and its MTU; a failure here is fatal for
+	// "vhost" and a fall-back for "auto", like one in step 2.
+	std::optional<VhostTun> vhost_tun;
+	if (tun_io.vhost) {
+		try {
+			vhost_tun.emplace(std::move(*tun_io.vhost), tun.fd.get(), info.mtu,
+			                  tc.direct_write_max, tun_stats);
+		} catch (const std::exception& e) {
+			if (tc.tun_io == conf::TunIo::vhost)
+				throw std::runtime_error(std::string("tun_io = \"vhost\": ") + e.what());
+			info.tun_io_mode = "direct";
+			info.tun_io_reason = vhost_fallback_reason(e);
+			log::info("tun I/O: direct (" + info.tun_io_reason + ")");
+		}
+		tun_io.vhost.reset();
+	}
+	if (vhost_tun) log::info("tun I/O: vhost (" + info.tun_io_reason + ")");
+	std::optional<DirectTunPort> direct_tun;
+	if (!vhost_tun) direct_tun.emplace(tun.fd.get());
+	TunPort& tun_port = vhost_tun ? static_cast<TunPort&>(vhost_tun->port()) : *direct_tun;
 	ControlServer control(io, tc.control_socket, [&] { return render_status(info, stats, table); });
-	DataPlane plane(table, tun.fd.get(), udp, stats);
+	DataPlane plane(table, tun_port, udp, stats);
 	std::jthread worker;
 	{
 		BlockSignalsForThreads blocked;

@@ -13,6 +13,8 @@
 
 namespace esptun {
 
+struct TunIoStats;
+
 /// PeerParams for the SA table from the config's peers.
 std::vector<PeerParams> peer_params(const conf::Config& config);
 
@@ -25,6 +27,8 @@ struct ServiceInfo {
 	std::string listen;
 	std::string tun_io_mode;
 	std::string tun_io_reason;
+	unsigned direct_write_max = 0;            ///< as configured (used in vhost mode only)
+	const TunIoStats* tun_io_stats = nullptr; ///< the tun port's counters, once it exists
 	std::chrono::steady_clock::time_point started;
 };
 

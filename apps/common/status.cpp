@@ -1,6 +1,7 @@
 // The status JSON that `status -c FILE` prints (served by control.cpp).
 #include "apps/common/json.hpp"
 #include "apps/common/service.hpp"
+#include "apps/common/tun_port.hpp"
 
 #include <cstdio>
 
@@ -51,6 +52,22 @@ void write_peer(JsonWriter& j, const Peer& peer) {
 	j.end_object();
 }
 
+/// "tun_io": the mode, why, and what the tun side did (all zero in direct mode).
+void write_tun_io(JsonWriter& j, const ServiceInfo& info) {
+	const TunIoStats none{};
+	const TunIoStats& t = info.tun_io_stats ? *info.tun_io_stats : none;
+	j.key("tun_io").begin_object();
+	j.field("mode", info.tun_io_mode).field("reason", info.tun_io_reason);
+	j.field("direct_write_max", uint64_t(info.direct_write_max));
+	j.field("rx_ring_packets", t.rx_ring_packets.get()).field("tx_ring_packets", t.tx_ring_packets.get());
+	j.field("direct_writes", t.direct_writes.get());
+	j.field("kicks", t.rx_kicks.get() + t.tx_kicks.get());
+	j.field("rx_kicks", t.rx_kicks.get()).field("tx_kicks", t.tx_kicks.get());
+	j.field("call_wakeups", t.call_wakeups.get()).field("ring_full", t.ring_full.get());
+	j.field("device_errors", t.device_errors.get());
+	j.end_object();
+}
+
 } // namespace
 
 std::string render_status(const ServiceInfo& info, const DataPathStats& stats, const SaTable& table) {
@@ -58,11 +75,7 @@ std::string render_status(const ServiceInfo& info, const DataPathStats& stats, c
 	j.begin_object();
 	j.field("program", info.program).field("interface", info.interface);
 	j.field("mtu", info.mtu).field("mtu_source", info.mtu_source).field("listen", info.listen);
-	j.key("tun_io")
-	    .begin_object()
-	    .field("mode", info.tun_io_mode)
-	    .field("reason", info.tun_io_reason)
-	    .end_object();
+	write_tun_io(j, info);
 	double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - info.started).count();
 	j.field("uptime_s", up);
 

@@ -72,8 +72,10 @@ clean_log | grep -aE '^(RESULT |SCENARIO_PASS|SCENARIO_FAIL|INSMOD_FAIL|VM_INIT|
 printf 'run-vm: qemu rc=%s, %d.%03d s wall\n' "$RC" $((WALL / 1000)) $((WALL % 1000))
 
 verdict=PASS
-clean_log | grep -aq "^SCENARIO_PASS $SCENARIO\$" || verdict=FAIL
-clean_log | grep -aqE '^(RESULT .* FAIL|SCENARIO_FAIL|INSMOD_FAIL)|Kernel panic' && verdict=FAIL
+# Not grep -q: it exits at the first match, and with pipefail the SIGPIPE that
+# sed then gets on a log over 4 KiB would turn a PASS into a FAIL.
+clean_log | grep -a "^SCENARIO_PASS $SCENARIO\$" >/dev/null || verdict=FAIL
+clean_log | grep -aE '^(RESULT .* FAIL|SCENARIO_FAIL|INSMOD_FAIL)|Kernel panic' >/dev/null && verdict=FAIL
 [ "$RC" = 0 ] || verdict=FAIL
 echo "run-vm: $SCENARIO $verdict (log $LOG)"
 [ $verdict = PASS ]

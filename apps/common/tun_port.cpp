@@ -1,0 +1,35 @@
+// DirectTunPort: tun_io = "direct", one system call per packet. See tun_port.hpp.
+#include "apps/common/tun_port.hpp"
+
+#include "platform/tun.hpp"
+#include "tunnel/esp_wire.hpp"
+
+namespace esptun {
+
+DirectTunPort::DirectTunPort(int tun_fd)
+    : fd_(tun_fd), out_mem_(kTunBatch * esp::kBufferSize), in_mem_(kTunBatch * esp::kBufferSize) {
+	for (size_t i = 0; i < kTunBatch; i++)
+		recv_slots_[i].buf =
+		    std::span<uint8_t>(in_mem_).subspan(i * esp::kBufferSize, esp::kBufferSize);
+}
+
+size_t DirectTunPort::read_batch(std::span<TunPacket> out) noexcept {
+	size_t n = 0;
+	while (n < out.size() && n < kTunBatch) {
+		std::span<uint8_t> buf =
+		    std::span<uint8_t>(out_mem_).subspan(n * esp::kBufferSize, esp::kBufferSize);
+		platform::IoResult r = platform::tun_read(fd_, buf.subspan(esp::kHeadroom, esp::kMaxInner));
+		if (!r.ok()) break; // EAGAIN: drained. Other errors: poll again.
+		out[n++] = {buf, size_t(r.n)};
+	}
+	return n;
+}
+
+size_t DirectTunPort::write_batch(std::span<const TunWrite> pkts) noexcept {
+	size_t failed = 0;
+	for (const TunWrite& w : pkts)
+		if (!platform::tun_write(fd_, w.inner).ok()) failed++;
+	return failed;
+}
+
+} // namespace esptun

@@ -1,0 +1,89 @@
+// The tun side of the packet loop, behind one small interface so data_plane.cpp
+// reads the same for both tun I/O modes: DirectTunPort (read()/write() on the
+// tun fd) here, VhostTunPort (vhost-net virtqueues) in vhost_tun_port.hpp.
+//
+// Outbound: poll(read_fd) -> read_batch() -> encapsulate in place -> send -> read_done().
+// Inbound:  recvmmsg into recv_slots() -> decapsulate in place -> write_batch().
+#pragma once
+
+#include "platform/udp_socket.hpp"
+#include "tunnel/counters.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace esptun {
+
+/// Packets per read_batch()/recv_slots(): the data plane's batch size.
+inline constexpr size_t kTunBatch = 32;
+
+/// What the tun I/O did (status JSON "tun_io"); zero in direct mode. The data
+/// path thread is the only writer.
+struct TunIoStats {
+	Counter rx_ring_packets; ///< outbound packets taken from the vhost RX ring
+	Counter tx_ring_packets; ///< inbound packets handed to the vhost TX ring
+	Counter direct_writes;   ///< vhost mode: inbound packets written to the tun fd instead
+	Counter rx_kicks;        ///< kick eventfd writes for the RX ring (more buffers posted)
+	Counter tx_kicks;        ///< kick eventfd writes for the TX ring
+	Counter call_wakeups;    ///< wake-ups by the RX ring's call eventfd
+	Counter ring_full;       ///< inbound packets that found no free TX buffer and went direct
+	Counter device_errors;   ///< used entries the device got wrong (short, too long, bad id)
+};
+
+/// One packet read from the tun: the inner packet sits at esp::kHeadroom in
+/// @buf, which has room for encapsulate() to work in place.
+struct TunPacket {
+	std::span<uint8_t> buf;
+	size_t len = 0;
+};
+
+/// One decrypted inner packet to hand to the tun: it lies inside the buffer of
+/// recv_slots()[slot], at least 12 bytes after the buffer's start.
+struct TunWrite {
+	size_t slot = 0;
+	std::span<const uint8_t> inner;
+};
+
+class TunPort {
+public:
+	virtual ~TunPort() = default;
+
+	/// The fd poll() watches (POLLIN) for "the tun has packets for us".
+	virtual int read_fd() const noexcept = 0;
+	/// Before poll(): may the loop block? false = read work is already waiting.
+	virtual bool can_sleep() noexcept { return true; }
+	/// poll() found read_fd() readable (consume the notification).
+	virtual void on_read_wakeup() noexcept {}
+	/// Up to out.size() packets; their buffers stay ours until read_done().
+	virtual size_t read_batch(std::span<TunPacket> out) noexcept = 0;
+	/// The packets of the last read_batch() have been sent or dropped.
+	virtual void read_done() noexcept {}
+
+	/// kTunBatch receive buffers for the underlay socket's recvmmsg().
+	virtual std::span<platform::RecvSlot> recv_slots() noexcept = 0;
+	/// Hand @pkts to the tun, in order. Return: how many could not be written.
+	virtual size_t write_batch(std::span<const TunWrite> pkts) noexcept = 0;
+};
+
+/// tun_io = "direct": one read() per outbound and one write() per inbound packet.
+class DirectTunPort final : public TunPort {
+public:
+	/// DirectTunPort() - buffers for @tun_fd (non-blocking, not owned)
+	explicit DirectTunPort(int tun_fd);
+
+	int read_fd() const noexcept override { return fd_; }
+	size_t read_batch(std::span<TunPacket> out) noexcept override;
+	std::span<platform::RecvSlot> recv_slots() noexcept override { return recv_slots_; }
+	size_t write_batch(std::span<const TunWrite> pkts) noexcept override;
+
+private:
+	int fd_;
+	// Preallocated: the data path never allocates.
+	std::vector<uint8_t> out_mem_, in_mem_;
+	std::array<platform::RecvSlot, kTunBatch> recv_slots_{};
+};
+
+} // namespace esptun

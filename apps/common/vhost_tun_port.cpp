@@ -1,0 +1,244 @@
+// The vhost tun port: see vhost_tun_port.hpp for the theory of operation.
+//
+// Outbound: RX call eventfd (or a full previous batch) -> harvest up to
+//   kTunBatch used RX entries (len - 12 = packet at kHeadroom) -> the data
+//   plane encapsulates and sends -> read_done(): re-post, publish, kick only
+//   if needs_kick() says so.
+// Inbound: recvmmsg into pool buffers -> decapsulate -> write_batch(): an
+//   idle ring and a small batch go to the tun fd, the rest into the TX ring
+//   with one publish and at most one kick.
+#include "apps/common/vhost_tun_port.hpp"
+
+#include "platform/tun.hpp"
+#include "tunnel/esp_wire.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace esptun {
+namespace {
+
+using platform::kVirtioNetHdrLen;
+
+constexpr size_t kPage = 4096;
+constexpr size_t kBufAlign = 64; // one cache line: buffers never share one
+
+constexpr size_t round_up(size_t n, size_t a) noexcept { return (n + a - 1) / a * a; }
+
+/// Bytes one ring takes in the region, page-rounded so each starts on a page.
+size_t ring_bytes(uint32_t queue_size) {
+	const auto l = virtio::ring_layout(queue_size);
+	if (!l)
+		throw std::invalid_argument("vhost queue size " + std::to_string(queue_size) +
+		                            " is not a power of two");
+	return round_up(l->total_bytes, kPage);
+}
+
+std::span<uint8_t> ring_region(std::span<uint8_t> region, const VhostPortParams& p, unsigned q) {
+	if (p.buf_size < esp::kHeadroom + esp::kTailroom + 64 || p.buf_size % kBufAlign != 0)
+		throw std::invalid_argument("vhost buffer size " + std::to_string(p.buf_size) +
+		                            " is unusable");
+	if (region.size() < VhostTunPort::region_bytes(p.queue_size, p.buf_size))
+		throw std::invalid_argument("vhost region of " + std::to_string(region.size()) +
+		                            " bytes is too short");
+	const size_t rb = ring_bytes(p.queue_size);
+	return region.subspan(q * rb, rb);
+}
+
+uint64_t device_addr(const void* p) noexcept { return reinterpret_cast<uintptr_t>(p); }
+
+} // namespace
+
+size_t VhostTunPort::buffer_size(unsigned mtu) noexcept {
+	return round_up(esp::kHeadroom + std::max(mtu, 576u) + esp::kTailroom, kBufAlign);
+}
+
+size_t VhostTunPort::region_bytes(uint32_t queue_size, size_t buf_size) noexcept {
+	const auto l = virtio::ring_layout(queue_size);
+	if (!l) return 0;
+	// queue_size RX buffers + queue_size TX-ring buffers + one batch of receive slots.
+	return 2 * round_up(l->total_bytes, kPage) + (2 * size_t(queue_size) + kTunBatch) * buf_size;
+}
+
+VhostTunPort::VhostTunPort(std::span<uint8_t> region, const VhostPortParams& p, TunIoStats& stats)
+    : p_(p), stats_(stats), rx_(ring_region(region, p, 0), p.queue_size),
+      tx_(ring_region(region, p, 1), p.queue_size), free_(size_t(p.queue_size) + kTunBatch) {
+	pool_ = region.data() + 2 * ring_bytes(p.queue_size);
+	const uint32_t n = p.queue_size;
+	// Inbound buffers n .. 2n + kTunBatch - 1: one batch into the receive slots,
+	// the rest onto the free stack.
+	for (size_t i = 0; i < kTunBatch; i++) {
+		slot_buf_[i] = n + uint32_t(i);
+		recv_slots_[i].buf = buffer(slot_buf_[i]);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		free_[free_n_++] = n + uint32_t(kTunBatch) + i;
+	// Every RX buffer is posted before the backend is attached (vm-spike order).
+	for (uint32_t i = 0; i < n; i++)
+		post_rx(i);
+	rx_.publish();
+}
+
+platform::VringAddrs VhostTunPort::vring(unsigned q) const noexcept {
+	const virtio::SplitQueue& vq = q == platform::kVhostRxQueue ? rx_ : tx_;
+	return {vq.size(), vq.desc_area(), vq.avail_area(), vq.used_area()};
+}
+
+void VhostTunPort::start() noexcept {
+	platform::eventfd_signal(p_.rx_kick);
+	stats_.rx_kicks.add();
+}
+
+// --- Outbound: the RX ring ---
+
+void VhostTunPort::post_rx(uint32_t idx) noexcept {
+	// The device writes the 12-byte header into the headroom and the packet at
+	// kHeadroom; the length leaves kTailroom free for encapsulate().
+	uint8_t* at = buffer(idx).data() + esp::kHeadroom - kVirtioNetHdrLen;
+	const size_t len = kVirtioNetHdrLen + p_.buf_size - esp::kHeadroom - esp::kTailroom;
+	// Cannot fail: a buffer is posted at most once and the ring has a slot for each.
+	(void)rx_.add_buffer(device_addr(at), uint32_t(len), true, idx);
+}
+
+bool VhostTunPort::can_sleep() noexcept {
+	// A full batch means more may be waiting: go on without re-arming, so the
+	// device does not signal for entries we are about to take anyway.
+	if (rx_batch_full_) return false;
+	// Re-arm, barrier, re-check (split_queue.hpp): sleep only on a false.
+	return !rx_.enable_call_notifications();
+}
+
+void VhostTunPort::on_read_wakeup() noexcept {
+	(void)platform::eventfd_drain(p_.rx_call);
+	stats_.call_wakeups.add();
+}
+
+size_t VhostTunPort::read_batch(std::span<TunPacket> out) noexcept {
+	const size_t max = std::min(out.size(), kTunBatch);
+	size_t n = 0;
+	held_n_ = 0;
+	const size_t taken = rx_.harvest_used(
+	    [&](const virtio::UsedBuffer& u) noexcept {
+		    const auto idx = uint32_t(u.token);
+		    if (u.bad_len || u.len < kVirtioNetHdrLen) {
+			    // Not a packet (drivers/vhost/net.c never writes less than the
+			    // header): count it and give the buffer straight back.
+			    if (!u.bad_len) short_used_++;
+			    post_rx(idx);
+			    return;
+		    }
+		    out[n++] = {buffer(idx), u.len - kVirtioNetHdrLen};
+		    held_[held_n_++] = idx;
+	    },
+	    max);
+	rx_batch_full_ = taken == max;
+	stats_.rx_ring_packets.add(n);
+	return n;
+}
+
+void VhostTunPort::read_done() noexcept {
+	for (size_t i = 0; i < held_n_; i++)
+		post_rx(held_[i]);
+	held_n_ = 0;
+	const virtio::Published pub = rx_.publish();
+	if (rx_.needs_kick(pub.old_idx, pub.new_idx)) {
+		platform::eventfd_signal(p_.rx_kick);
+		stats_.rx_kicks.add();
+	}
+	sync_device_errors();
+}
+
+// --- Inbound: the TX ring ---
+
+void VhostTunPort::reclaim_tx() noexcept {
+	tx_.harvest_used([&](const virtio::UsedBuffer& u) noexcept { free_[free_n_++] = uint32_t(u.token); });
+}
+
+bool VhostTunPort::to_ring(const TunWrite& w) noexcept {
+	if (w.slot >= kTunBatch) return false;
+	const std::span<uint8_t> buf = recv_slots_[w.slot].buf;
+	// The header goes right in front of the packet, inside the same buffer.
+	if (w.inner.data() < buf.data() + kVirtioNetHdrLen ||
+	    w.inner.data() + w.inner.size() > buf.data() + buf.size())
+		return false;
+	const size_t off = size_t(w.inner.data() - buf.data());
+	if (free_n_ == 0) reclaim_tx();
+	if (free_n_ == 0) {
+		stats_.ring_full.add();
+		return false;
+	}
+	uint8_t* hdr = buf.data() + off - kVirtioNetHdrLen;
+	// A zero header: no checksum offload, no GSO (the packet is complete).
+	std::memset(hdr, 0, kVirtioNetHdrLen);
+	if (!tx_.add_buffer(device_addr(hdr), uint32_t(kVirtioNetHdrLen + w.inner.size()), false,
+	                    slot_buf_[w.slot])) {
+		stats_.ring_full.add(); // not expected: a free buffer implies a free descriptor
+		return false;
+	}
+	// The ring owns that buffer now; the slot receives into a free one.
+	slot_buf_[w.slot] = free_[--free_n_];
+	recv_slots_[w.slot].buf = buffer(slot_buf_[w.slot]);
+	stats_.tx_ring_packets.add();
+	return true;
+}
+
+size_t VhostTunPort::write_batch(std::span<const TunWrite> pkts) noexcept {
+	if (pkts.empty()) return 0;
+	size_t failed = 0;
+	auto write_direct = [&](const TunWrite& w) noexcept {
+		stats_.direct_writes.add();
+		if (!platform::tun_write(p_.tun_fd, w.inner).ok()) failed++;
+	};
+	// The latency trick: an idle ring would need a kick (and a wake-up of the
+	// vhost worker) for these few packets; write() costs less and cannot
+	// overtake ring packets, as the device has taken every one of them.
+	if (pkts.size() <= p_.direct_write_max && tx_.ring_idle()) {
+		for (const TunWrite& w : pkts)
+			write_direct(w);
+		return failed;
+	}
+	for (const TunWrite& w : pkts)
+		if (!to_ring(w)) write_direct(w);
+	const virtio::Published pub = tx_.publish();
+	if (tx_.needs_kick(pub.old_idx, pub.new_idx)) {
+		platform::eventfd_signal(p_.tx_kick);
+		stats_.tx_kicks.add();
+	}
+	sync_device_errors();
+	return failed;
+}
+
+void VhostTunPort::sync_device_errors() noexcept {
+	stats_.device_errors.set(short_used_ + rx_.stats().corrupt_total() + tx_.stats().corrupt_total());
+}
+
+// --- VhostTun: set-up in the order of platform/vhost_net.hpp ---
+
+VhostTun::VhostTun(platform::VhostNet dev, int tun_fd, unsigned mtu, unsigned direct_write_max,
+                   TunIoStats& stats)
+    : dev_(std::move(dev)) {
+	// Anything but INT_MAX keeps vhost off its XDP TX path (vhost_net.hpp).
+	// Not small: direct writes on the non-blocking fd share this budget with
+	// ring packets and would fail with EAGAIN when it runs out.
+	platform::set_tun_sndbuf(tun_fd, INT32_MAX - 1);
+
+	VhostPortParams p;
+	p.buf_size = VhostTunPort::buffer_size(mtu);
+	p.direct_write_max = direct_write_max;
+	p.tun_fd = tun_fd;
+	p.rx_kick = dev_.kick_fd(platform::kVhostRxQueue);
+	p.rx_call = dev_.call_fd(platform::kVhostRxQueue);
+	p.tx_kick = dev_.kick_fd(platform::kVhostTxQueue);
+	region_ = platform::MappedRegion(VhostTunPort::region_bytes(p.queue_size, p.buf_size));
+	port_ = std::make_unique<VhostTunPort>(region_.span(), p, stats);
+
+	dev_.set_mem_table(region_.span());
+	dev_.setup_queue(platform::kVhostRxQueue, port_->vring(platform::kVhostRxQueue));
+	dev_.setup_queue(platform::kVhostTxQueue, port_->vring(platform::kVhostTxQueue));
+	dev_.attach(tun_fd);
+	port_->start();
+}
+
+} // namespace esptun

@@ -1,0 +1,130 @@
+// tun_io = "vhost": the tun side of the packet loop through vhost-net's two
+// virtqueues, with the direct-write fallback for small batches (design notes,
+// "tun and vhost-net"). The rings are virtio::SplitQueue; the ioctls are
+// platform/vhost_net.hpp.
+//
+// Theory of operation. One mapping holds the RX ring, the TX ring and a pool
+// of equal buffers (buffer_size(mtu) bytes each, esp::kHeadroom + inner +
+// esp::kTailroom):
+//   - queue_size RX buffers, always posted to the RX ring (queue 0). The
+//     device gets the address kHeadroom - 12 into a buffer, so the 12-byte
+//     virtio_net_hdr it writes lands in the headroom and the packet at
+//     kHeadroom, where encapsulate() wants it: outbound needs no copy.
+//   - queue_size + kTunBatch inbound buffers: kTunBatch of them sit in the
+//     underlay socket's receive slots, the rest are free or in the TX ring
+//     (queue 1). decapsulate() leaves the inner packet behind at least 16
+//     bytes of ESP header and IV, so a zero virtio_net_hdr is written right
+//     in front of it and (hdr, 12 + len) goes to the TX ring as is; the slot
+//     takes a free buffer instead, and the ring's buffer comes back to the
+//     free list when its used entry is harvested.
+// Direct writes: when the TX ring is idle (the device asked to be kicked for
+// the next buffer, so it has nothing queued) and a batch has at most
+// direct_write_max packets, write() them to the tun fd: one system call per
+// packet instead of a kick plus a wake-up of the vhost worker. A packet that
+// finds no free buffer (the ring holds them all) is written directly too.
+#pragma once
+
+#include "apps/common/tun_port.hpp"
+#include "platform/vhost_net.hpp"
+#include "virtio/split_queue.hpp"
+
+#include <array>
+#include <memory>
+#include <vector>
+
+namespace esptun {
+
+/// What a VhostTunPort works with; the fds are not owned.
+struct VhostPortParams {
+	uint32_t queue_size = 256;      ///< both rings; a power of two
+	size_t buf_size = 0;            ///< VhostTunPort::buffer_size(mtu)
+	unsigned direct_write_max = 4;  ///< 0: every inbound packet goes through the TX ring
+	int tun_fd = -1;                ///< for direct writes
+	int rx_kick = -1, rx_call = -1; ///< RX ring eventfds
+	int tx_kick = -1;               ///< TX ring kick eventfd (its call eventfd is never waited on)
+};
+
+class VhostTunPort final : public TunPort {
+public:
+	/// buffer_size() - one pool buffer for a tun of @mtu, 64-byte multiple
+	static size_t buffer_size(unsigned mtu) noexcept;
+	/// region_bytes() - how much memory the rings and the pool need
+	static size_t region_bytes(uint32_t queue_size, size_t buf_size) noexcept;
+
+	/**
+	 * VhostTunPort() - lay out rings and pool in @region and post every RX buffer
+	 * @region: region_bytes() long, page aligned; the device is not attached yet
+	 * @p:      sizes, threshold and eventfds
+	 * @stats:  counters this port writes
+	 * Throws std::invalid_argument on a short region or a bad size (set-up).
+	 */
+	VhostTunPort(std::span<uint8_t> region, const VhostPortParams& p, TunIoStats& stats);
+
+	/// Where vring @q (platform::kVhostRxQueue or kVhostTxQueue) lives, for VhostNet::setup_queue().
+	platform::VringAddrs vring(unsigned q) const noexcept;
+	/// start() - after the backend is attached: tell the device about the RX buffers
+	void start() noexcept;
+
+	int read_fd() const noexcept override { return p_.rx_call; }
+	bool can_sleep() noexcept override;
+	void on_read_wakeup() noexcept override;
+	size_t read_batch(std::span<TunPacket> out) noexcept override;
+	void read_done() noexcept override;
+	std::span<platform::RecvSlot> recv_slots() noexcept override { return recv_slots_; }
+	size_t write_batch(std::span<const TunWrite> pkts) noexcept override;
+
+	const virtio::SplitQueue& rx_queue() const noexcept { return rx_; }
+	const virtio::SplitQueue& tx_queue() const noexcept { return tx_; }
+	/// Inbound buffers neither in a receive slot nor in the TX ring.
+	size_t free_buffers() const noexcept { return free_n_; }
+
+private:
+	std::span<uint8_t> buffer(uint32_t idx) const noexcept {
+		return {pool_ + size_t(idx) * p_.buf_size, p_.buf_size};
+	}
+	void post_rx(uint32_t idx) noexcept;
+	void reclaim_tx() noexcept;
+	bool to_ring(const TunWrite& w) noexcept;
+	void sync_device_errors() noexcept;
+
+	VhostPortParams p_;
+	TunIoStats& stats_;
+	uint8_t* pool_ = nullptr;
+	virtio::SplitQueue rx_, tx_;
+	std::vector<uint32_t> free_; ///< stack of free inbound buffer indices, free_n_ deep
+	size_t free_n_ = 0;
+	std::array<uint32_t, kTunBatch> slot_buf_{}; ///< pool index behind each receive slot
+	std::array<platform::RecvSlot, kTunBatch> recv_slots_{};
+	std::array<uint32_t, kTunBatch> held_{}; ///< RX buffers out with the last read_batch()
+	size_t held_n_ = 0;
+	bool rx_batch_full_ = false; ///< the last read_batch() stopped at its limit: more may wait
+	uint64_t short_used_ = 0;    ///< RX used entries shorter than the virtio-net header
+};
+
+/**
+ * VhostTun - the vhost tun port with what it runs on: the mapping, the port
+ * and the device, torn down in the safe order (the device is detached first,
+ * the memory it points into unmapped last).
+ */
+class VhostTun {
+public:
+	/**
+	 * VhostTun() - finish the set-up begun by VhostNet::open() and start the device
+	 * @dev:              the opened device (taken over)
+	 * @tun_fd:           the tun (IFF_TUN|IFF_NO_PI), not owned
+	 * @mtu:              its MTU: sizes the buffers
+	 * @direct_write_max: see VhostPortParams
+	 * Throws SystemError (an ioctl failed) or std::invalid_argument.
+	 */
+	VhostTun(platform::VhostNet dev, int tun_fd, unsigned mtu, unsigned direct_write_max,
+	         TunIoStats& stats);
+
+	VhostTunPort& port() noexcept { return *port_; }
+
+private:
+	platform::MappedRegion region_;
+	std::unique_ptr<VhostTunPort> port_;
+	platform::VhostNet dev_; ///< declared last: destroyed (detached) first
+};
+
+} // namespace esptun
