@@ -34,7 +34,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -45,9 +44,9 @@ import esptun_conf as conf  # noqa: E402
 import esptun_proc  # noqa: E402
 import netns  # noqa: E402
 import report  # noqa: E402
+import transfer as transfer_lib  # noqa: E402
 from netns import TestError  # noqa: E402
 
-XFER = os.path.join(LIB, "tcp_xfer.py")
 XFER_BYTES = 8 * 1000 * 1000
 XFER_TIMEOUT = 60
 CIPHER = "aes256-gcm"
@@ -198,32 +197,7 @@ def check_routes_up(rep, tag, t):
 def transfer(rep, tag, t):
     """XFER_BYTES over TCP from C to S through the tunnel; SHA-256 on both ends."""
     port = 5301
-    recv = t.s.spawn("timeout", str(XFER_TIMEOUT), "/usr/bin/python3", XFER, "recv", SERVER4,
-                     str(port), stdout=subprocess.PIPE, text=True)
-    line = netns.read_line(recv.stdout, 10)
-    if not line or not json.loads(line).get("ready"):
-        raise TestError(f"transfer receiver did not start: {line!r}")
-    t0 = time.monotonic()
-    send = t.c.spawn("timeout", str(XFER_TIMEOUT), "/usr/bin/python3", XFER, "send", SERVER4,
-                     str(port), str(XFER_BYTES), stdout=subprocess.PIPE, text=True)
-    sent = None
-    deadline = t0 + XFER_TIMEOUT + 5
-    while time.monotonic() < deadline:
-        line = netns.read_line(send.stdout, max(0.1, deadline - time.monotonic()))
-        if not line:
-            break
-        msg = json.loads(line)
-        if "bytes" in msg or "error" in msg:
-            sent = msg
-            break
-    try:
-        out, _ = recv.communicate(timeout=max(1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        recv.kill()
-        out = ""
-    secs = time.monotonic() - t0
-    got = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-    netns.stop_process(send, timeout=10)
+    sent, got, secs = transfer_lib.run(t.c, t.s, SERVER4, port, XFER_BYTES, XFER_TIMEOUT)
     rep.check(sent and got and sent.get("bytes") == XFER_BYTES
               and got.get("bytes") == XFER_BYTES and sent.get("sha256") == got.get("sha256")
               and got.get("peer") == "10.99.0.2",

@@ -26,7 +26,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -37,9 +36,9 @@ import esptun_conf as conf  # noqa: E402
 import esptun_proc  # noqa: E402
 import netns  # noqa: E402
 import report  # noqa: E402
+import transfer as transfer_lib  # noqa: E402
 from netns import TestError  # noqa: E402
 
-XFER = os.path.join(LIB, "tcp_xfer.py")
 XFER_BYTES = 100 * 1000 * 1000
 XFER_TIMEOUT = 180
 
@@ -149,38 +148,16 @@ def check_configs(rep, ctx, tag, site, prog):
 
 def transfer(rep, ctx, tag, src, dst, dst_addr, rebind=None):
     """100 MB over TCP src -> dst through the tunnel; returns both results."""
-    port = 5201
-    recv = dst.ns.spawn("timeout", str(XFER_TIMEOUT), "/usr/bin/python3", XFER, "recv", dst_addr,
-                        str(port), stdout=subprocess.PIPE, text=True)
-    line = netns.read_line(recv.stdout, 10)
-    if not line or not json.loads(line).get("ready"):
-        raise TestError(f"transfer receiver did not start: {line!r}")
-    t0 = time.monotonic()
-    send = src.ns.spawn("timeout", str(XFER_TIMEOUT), "/usr/bin/python3", XFER, "send", dst_addr,
-                        str(port), str(XFER_BYTES), stdout=subprocess.PIPE, text=True)
-    sent = None
-    rebound = False
-    deadline = t0 + XFER_TIMEOUT + 5
-    while time.monotonic() < deadline:
-        line = netns.read_line(send.stdout, max(0.1, deadline - time.monotonic()))
-        if not line:
-            break
-        msg = json.loads(line)
-        if "progress" in msg and rebind and not rebound and msg["progress"] >= 24 << 20:
+    state = {"rebound": False}
+
+    def progress(nbytes):
+        if rebind and not state["rebound"] and nbytes >= 24 << 20:
             rebind()
-            rebound = True
-            rep.info(f"rebound A's underlay address after {msg['progress'] >> 20} MiB")
-        if "bytes" in msg or "error" in msg:
-            sent = msg
-            break
-    try:
-        out, _ = recv.communicate(timeout=max(1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        recv.kill()
-        out = ""
-    secs = time.monotonic() - t0
-    got = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-    send.wait(timeout=10)
+            state["rebound"] = True
+            rep.info(f"rebound A's underlay address after {nbytes >> 20} MiB")
+
+    sent, got, secs = transfer_lib.run(src.ns, dst.ns, dst_addr, 5201, XFER_BYTES, XFER_TIMEOUT,
+                                       progress)
     mbit = XFER_BYTES * 8 / secs / 1e6
     rep.check(sent and got and sent.get("bytes") == XFER_BYTES and got.get("bytes") == XFER_BYTES
               and sent.get("sha256") == got.get("sha256"),
@@ -188,7 +165,7 @@ def transfer(rep, ctx, tag, src, dst, dst_addr, rebind=None):
               f"SHA-256 equal on both ends ({secs:.1f} s, {mbit:.0f} Mbit/s)",
               f"sender {sent}, receiver {got}")
     if rebind:
-        rep.check(rebound, f"[{tag}] the rebinding happened during the transfer")
+        rep.check(state["rebound"], f"[{tag}] the rebinding happened during the transfer")
     return sent, got
 
 
