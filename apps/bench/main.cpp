@@ -1,6 +1,7 @@
 // esptun-bench: measurements and demonstrations around esptun-gateway.
 // main() only dispatches to a subcommand; each lives in its own file.
 #include "apps/bench/demo.hpp"
+#include "apps/bench/vhost_counts.hpp"
 
 #include <cstdio>
 #include <string>
@@ -14,8 +15,9 @@ void usage(std::FILE* to) {
 	             "\n"
 	             "commands:\n"
 	             "%s"
+	             "%s"
 	             "  help                  this text\n",
-	             esptun::bench::kDemoUsage);
+	             esptun::bench::kDemoUsage, esptun::bench::kVhostCountsUsage);
 }
 
 } // namespace
@@ -29,6 +31,7 @@ int main(int argc, char** argv) {
 	const std::string cmd = args.front();
 	args.erase(args.begin());
 	if (cmd == "demo") return esptun::bench::run_demo(args);
+	if (cmd == "vhost-counts") return esptun::bench::run_vhost_counts(args);
 	if (cmd == "help" || cmd == "-h" || cmd == "--help") {
 		usage(stdout);
 		return 0;

@@ -43,10 +43,13 @@ DataPlane::DataPlane(const SaTable& table, int tun_fd, platform::UdpSocket& udp,
 
 void DataPlane::run(int stop_fd) noexcept {
 	pollfd fds[3] = {{tun_.read_fd(), POLLIN, 0}, {udp_.fd(), POLLIN, 0}, {stop_fd, POLLIN, 0}};
+	TunIoStats& io = tun_.io_stats();
 	for (;;) {
 		// A vhost RX ring can hold work without its eventfd firing (a full
 		// batch left entries behind, or they came in while re-arming).
 		const bool sleep = tun_.can_sleep();
+		io.polls.add();
+		if (sleep) io.poll_waits.add();
 		if (poll(fds, 3, sleep ? -1 : 0) < 0) {
 			if (errno == EINTR) continue;
 			return; // only EFAULT/ENOMEM: nothing sane left to do

@@ -240,7 +240,7 @@ void run_service(const conf::Config& config, const std::string& program) {
 	}
 	if (vhost_tun) log::info("tun I/O: vhost (" + info.tun_io_reason + ")");
 	std::optional<DirectTunPort> direct_tun;
-	if (!vhost_tun) direct_tun.emplace(tun.fd.get());
+	if (!vhost_tun) direct_tun.emplace(tun.fd.get(), &tun_stats);
 	TunPort& tun_port = vhost_tun ? static_cast<TunPort&>(vhost_tun->port()) : *direct_tun;
 	ControlServer control(io, tc.control_socket, [&] { return render_status(info, stats, table); });
 	DataPlane plane(table, tun_port, udp, stats);

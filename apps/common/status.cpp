@@ -65,6 +65,13 @@ void write_tun_io(JsonWriter& j, const ServiceInfo& info) {
 	j.field("rx_kicks", t.rx_kicks.get()).field("tx_kicks", t.tx_kicks.get());
 	j.field("call_wakeups", t.call_wakeups.get()).field("ring_full", t.ring_full.get());
 	j.field("device_errors", t.device_errors.get());
+	// System calls the data path made on the tun side, and its poll() calls:
+	// divided by packets, the cost the tun I/O mode is chosen for.
+	j.key("tun_syscalls").begin_object();
+	j.field("read", t.tun_reads.get()).field("write", t.tun_writes.get());
+	j.field("kick", t.rx_kicks.get() + t.tx_kicks.get()).field("call_read", t.call_reads.get());
+	j.end_object();
+	j.field("polls", t.polls.get()).field("poll_waits", t.poll_waits.get());
 	j.end_object();
 }
 

@@ -6,8 +6,9 @@
 
 namespace esptun {
 
-DirectTunPort::DirectTunPort(int tun_fd)
-    : fd_(tun_fd), out_mem_(kTunBatch * esp::kBufferSize), in_mem_(kTunBatch * esp::kBufferSize) {
+DirectTunPort::DirectTunPort(int tun_fd, TunIoStats* stats)
+    : fd_(tun_fd), stats_(stats ? *stats : own_stats_), out_mem_(kTunBatch * esp::kBufferSize),
+      in_mem_(kTunBatch * esp::kBufferSize) {
 	for (size_t i = 0; i < kTunBatch; i++)
 		recv_slots_[i].buf =
 		    std::span<uint8_t>(in_mem_).subspan(i * esp::kBufferSize, esp::kBufferSize);
@@ -19,6 +20,7 @@ size_t DirectTunPort::read_batch(std::span<TunPacket> out) noexcept {
 		std::span<uint8_t> buf =
 		    std::span<uint8_t>(out_mem_).subspan(n * esp::kBufferSize, esp::kBufferSize);
 		platform::IoResult r = platform::tun_read(fd_, buf.subspan(esp::kHeadroom, esp::kMaxInner));
+		stats_.tun_reads.add();
 		if (!r.ok()) break; // EAGAIN: drained. Other errors: poll again.
 		out[n++] = {buf, size_t(r.n)};
 	}
@@ -29,6 +31,7 @@ size_t DirectTunPort::write_batch(std::span<const TunWrite> pkts) noexcept {
 	size_t failed = 0;
 	for (const TunWrite& w : pkts)
 		if (!platform::tun_write(fd_, w.inner).ok()) failed++;
+	stats_.tun_writes.add(pkts.size());
 	return failed;
 }
 

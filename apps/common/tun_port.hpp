@@ -20,8 +20,9 @@ namespace esptun {
 /// Packets per read_batch()/recv_slots(): the data plane's batch size.
 inline constexpr size_t kTunBatch = 32;
 
-/// What the tun I/O did (status JSON "tun_io"); zero in direct mode. The data
-/// path thread is the only writer.
+/// What the tun I/O did (status JSON "tun_io"). The ring counters stay zero in
+/// direct mode; the system call counters count in both modes. The data path
+/// thread is the only writer.
 struct TunIoStats {
 	Counter rx_ring_packets; ///< outbound packets taken from the vhost RX ring
 	Counter tx_ring_packets; ///< inbound packets handed to the vhost TX ring
@@ -31,6 +32,14 @@ struct TunIoStats {
 	Counter call_wakeups;    ///< wake-ups by the RX ring's call eventfd
 	Counter ring_full;       ///< inbound packets that found no free TX buffer and went direct
 	Counter device_errors;   ///< used entries the device got wrong (short, too long, bad id)
+	// Tun-side system calls of the data path, one per call made (an EINTR
+	// retry inside the platform wrapper is not counted). Kick eventfd writes
+	// are rx_kicks + tx_kicks: each is exactly one write().
+	Counter tun_reads;  ///< read() on the tun fd, including the one that returns EAGAIN
+	Counter tun_writes; ///< write() on the tun fd (direct mode, vhost direct writes)
+	Counter call_reads; ///< read() on the RX ring's call eventfd
+	Counter polls;      ///< poll() calls of the data plane's loop
+	Counter poll_waits; ///< those of them that could block (no work known to be waiting)
 };
 
 /// One packet read from the tun: the inner packet sits at esp::kHeadroom in
@@ -66,21 +75,30 @@ public:
 	virtual std::span<platform::RecvSlot> recv_slots() noexcept = 0;
 	/// Hand @pkts to the tun, in order. Return: how many could not be written.
 	virtual size_t write_batch(std::span<const TunWrite> pkts) noexcept = 0;
+
+	/// The counters this port writes; the data plane adds its poll() calls.
+	virtual TunIoStats& io_stats() noexcept = 0;
 };
 
 /// tun_io = "direct": one read() per outbound and one write() per inbound packet.
 class DirectTunPort final : public TunPort {
 public:
-	/// DirectTunPort() - buffers for @tun_fd (non-blocking, not owned)
-	explicit DirectTunPort(int tun_fd);
+	/**
+	 * DirectTunPort() - buffers for @tun_fd (non-blocking, not owned)
+	 * @stats: counters to write (outlive the port); nullptr: the port's own
+	 */
+	explicit DirectTunPort(int tun_fd, TunIoStats* stats = nullptr);
 
 	int read_fd() const noexcept override { return fd_; }
 	size_t read_batch(std::span<TunPacket> out) noexcept override;
 	std::span<platform::RecvSlot> recv_slots() noexcept override { return recv_slots_; }
 	size_t write_batch(std::span<const TunWrite> pkts) noexcept override;
+	TunIoStats& io_stats() noexcept override { return stats_; }
 
 private:
 	int fd_;
+	TunIoStats own_stats_;
+	TunIoStats& stats_;
 	// Preallocated: the data path never allocates.
 	std::vector<uint8_t> out_mem_, in_mem_;
 	std::array<platform::RecvSlot, kTunBatch> recv_slots_{};

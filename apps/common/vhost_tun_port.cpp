@@ -112,6 +112,7 @@ bool VhostTunPort::can_sleep() noexcept {
 
 void VhostTunPort::on_read_wakeup() noexcept {
 	(void)platform::eventfd_drain(p_.rx_call);
+	stats_.call_reads.add();
 	stats_.call_wakeups.add();
 }
 
@@ -189,6 +190,7 @@ size_t VhostTunPort::write_batch(std::span<const TunWrite> pkts) noexcept {
 	size_t failed = 0;
 	auto write_direct = [&](const TunWrite& w) noexcept {
 		stats_.direct_writes.add();
+		stats_.tun_writes.add();
 		if (!platform::tun_write(p_.tun_fd, w.inner).ok()) failed++;
 	};
 	// The latency trick: an idle ring would need a kick (and a wake-up of the

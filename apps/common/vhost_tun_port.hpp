@@ -72,6 +72,7 @@ public:
 	void read_done() noexcept override;
 	std::span<platform::RecvSlot> recv_slots() noexcept override { return recv_slots_; }
 	size_t write_batch(std::span<const TunWrite> pkts) noexcept override;
+	TunIoStats& io_stats() noexcept override { return stats_; }
 
 	const virtio::SplitQueue& rx_queue() const noexcept { return rx_; }
 	const virtio::SplitQueue& tx_queue() const noexcept { return tx_; }

@@ -116,6 +116,9 @@ for b in esptun-gateway esptun-client esptun-bench; do
 	fi
 done
 BINS+=(${PROJECT_BINS[@]+"${PROJECT_BINS[@]}"})
+# strace, when the host has it: vhost-counts.sh cross-checks the self-counts.
+STRACE=$(command -v strace || true)
+[ -n "$STRACE" ] && BINS+=("$STRACE")
 LIBS=()
 if ldd "$BUSYBOX" >/dev/null 2>&1; then BINS+=("$BUSYBOX"); fi # a dynamic busybox
 for b in "${BINS[@]}"; do
@@ -169,6 +172,7 @@ for a in $("$BUSYBOX" --list); do
 	esac
 done
 cp "$IPROUTE" "$R/bin/ip"
+[ -n "$STRACE" ] && cp "$STRACE" "$R/bin/strace"
 mkdir -p "$R/etc/iproute2"
 # Debug info is ~94% of a debug build's binary and triples the boot time spent
 # loading the initramfs; --strip-debug keeps the symbols (backtraces still

@@ -68,7 +68,7 @@ esac
 
 # The serial console ends lines with \r\n, and SeaBIOS leaves escape sequences.
 clean_log() { tr -d '\r' <"$LOG" | sed -E 's/\x1b(\[[0-9;?]*[A-Za-z]|c)//g'; }
-clean_log | grep -aE '^(RESULT |SCENARIO_PASS|SCENARIO_FAIL|INSMOD_FAIL|VM_INIT|VM_MODULES|VM_SCENARIO_EXIT|NOTE )|Kernel panic|Oops|BUG:'
+clean_log | grep -aE '^(RESULT |SCENARIO_PASS|SCENARIO_FAIL|INSMOD_FAIL|VM_INIT|VM_MODULES|VM_SCENARIO_EXIT|NOTE |TABLE )|Kernel panic|Oops|BUG:'
 printf 'run-vm: qemu rc=%s, %d.%03d s wall\n' "$RC" $((WALL / 1000)) $((WALL % 1000))
 
 verdict=PASS

@@ -10,6 +10,7 @@
 #include "tests/unit/virtio/device_model.hpp"
 #include "tunnel/esp_wire.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <doctest/doctest.h>
 #include <poll.h>
@@ -382,4 +383,74 @@ TEST_CASE("data plane over a vhost port: ESP in both directions, receive buffers
 		}
 	}
 	CHECK(n == back.size());
+}
+
+TEST_CASE("tun-side system call counters: one per read()/write()/kick/call read, EAGAIN included, "
+          "and one per data-plane poll()") {
+	SUBCASE("direct port") {
+		int sv[2];
+		REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
+		platform::UniqueFd plane_end(sv[0]), test_end(sv[1]);
+		TunIoStats stats;
+		DirectTunPort port(plane_end.get(), &stats);
+		CHECK(&port.io_stats() == &stats);
+		for (uint8_t i = 0; i < 3; i++) {
+			auto p = packet(100, i);
+			REQUIRE(write(test_end.get(), p.data(), p.size()) == ssize_t(p.size()));
+		}
+		std::array<TunPacket, kTunBatch> out{};
+		CHECK(port.read_batch(out) == 3);
+		CHECK(stats.tun_reads.get() == 4); // three packets and the EAGAIN that ends the batch
+		std::array<TunWrite, 2> ws{};
+		auto p = packet(64, 7);
+		for (size_t i = 0; i < ws.size(); i++) {
+			std::span<uint8_t> buf = port.recv_slots()[i].buf;
+			std::copy(p.begin(), p.end(), buf.begin() + esp::kHeadroom);
+			ws[i] = {i, buf.subspan(esp::kHeadroom, p.size())};
+		}
+		CHECK(port.write_batch(ws) == 0);
+		CHECK(stats.tun_writes.get() == 2);
+		CHECK(stats.rx_kicks.get() + stats.tx_kicks.get() + stats.call_reads.get() == 0);
+	}
+	SUBCASE("vhost port") {
+		Bed bed(4);
+		bed.port->start();
+		CHECK(bed.stats.rx_kicks.get() == 1);
+		// One packet from the device: the call eventfd is read once, no tun read.
+		bed.device_rx(packet(60, 1));
+		bed.port->on_read_wakeup();
+		std::array<TunPacket, kTunBatch> out{};
+		REQUIRE(bed.port->read_batch(out) == 1);
+		bed.port->read_done();
+		CHECK(bed.stats.call_reads.get() == 1);
+		CHECK(bed.stats.tun_reads.get() == 0);
+		// A lone inbound packet on the idle ring: one write(), no kick.
+		auto p = packet(80, 2);
+		TunWrite w = bed.inbound(0, p);
+		CHECK(bed.port->write_batch({&w, 1}) == 0);
+		CHECK(bed.stats.tun_writes.get() == 1);
+		CHECK(bed.stats.tx_kicks.get() == 0);
+		// Five packets: the ring, one kick, no write().
+		std::vector<TunWrite> ws;
+		for (size_t i = 0; i < 5; i++)
+			ws.push_back(bed.inbound(i, packet(90, uint8_t(i))));
+		CHECK(bed.port->write_batch(ws) == 0);
+		CHECK(bed.stats.tun_writes.get() == 1);
+		CHECK(bed.stats.tx_kicks.get() == 1);
+		CHECK(bed.tun_written().size() == 1);
+	}
+	SUBCASE("data plane loop") {
+		Endpoint loopback{IpAddress::v4(0x7f000001), 0};
+		platform::UdpSocket udp = platform::UdpSocket::bind(loopback);
+		SaTable table({});
+		DataPathStats stats;
+		Bed bed(4);
+		bed.port->start();
+		DataPlane plane(table, *bed.port, udp, stats);
+		platform::UniqueFd stop = platform::make_eventfd();
+		platform::eventfd_signal(stop.get()); // the first poll() returns at once
+		plane.run(stop.get());
+		CHECK(bed.stats.polls.get() == 1);
+		CHECK(bed.stats.poll_waits.get() == 1); // nothing used: it could have slept
+	}
 }

@@ -31,71 +31,11 @@
 . /scenarios/lib.sh
 NAME=vhost
 A=a B=b
-GW=/bin/esptun-gateway
 XFER_KB=$(cmdline_opt vhost_xfer_kb 4096)
 cases=$(cmdline_opt vhost_cases "vhost vhost-ring direct" | tr ',' ' ')
 PINGS=$(cmdline_opt vhost_pings 20)
 XFER_TIMEOUT=90
 fail=0
-
-# json_str BODY KEY - a string field (no commas or quotes in it) from a json_object body
-json_str() { echo "$1" | tr ',' '\n' | sed -n "s/^\"$2\":\"\([^\"]*\)\"$/\1/p"; }
-
-# write_conf NS LOCAL_INNER PEER_INNER PEER_UNDERLAY OUT_VAR IN_VAR TUN_IO DWM
-write_conf() {
-	{
-		echo "[tunnel]"
-		echo 'interface = "esp0"'
-		echo "addresses = [\"$2/24\"]"
-		echo 'listen = "0.0.0.0:4500"'
-		echo "tun_io = \"$7\""
-		[ -n "$8" ] && echo "direct_write_max = $8"
-		echo "control_socket = \"/run/esptun/$1.sock\""
-		echo "[[peer]]"
-		echo 'name = "peer"'
-		echo "endpoint = \"$4:4500\""
-		echo "allowed_ips = [\"$3/32\"]"
-		echo 'cipher = "aes128-gcm"'
-		for t in out:$5 in:$6; do
-			eval "spi=\$${t#*:}_SPI enc=\$${t#*:}_ENC"
-			echo "  [peer.${t%:*}]"
-			printf '  spi = 0x%x\n' $spi
-			echo "  key = \"0x$enc\""
-		done
-	} >/tmp/$1.toml
-	chmod 600 /tmp/$1.toml
-}
-
-# gw_start NS - start the gateway of NS, wait for esp0 and its control socket
-gw_start() {
-	rm -f /run/esptun/$1.sock
-	$IP netns exec $1 $GW run -c /tmp/$1.toml >/tmp/gw.$1.log 2>&1 &
-	eval "GW_PID_$1=$!"
-	eval "pid=\$GW_PID_$1"
-	i=0
-	while [ $i -lt 300 ]; do # up to 30 s: a C++ program starts slowly under TCG
-		if [ -S /run/esptun/$1.sock ] && $IP -n $1 -4 addr show dev esp0 2>/dev/null | grep -q 10.99.0.; then
-			return 0
-		fi
-		kill -0 $pid 2>/dev/null || break
-		sleep 0.1
-		i=$((i + 1))
-	done
-	return 1
-}
-gw_stop() {
-	eval "pid=\${GW_PID_$1:-}"
-	[ -n "$pid" ] || return
-	kill $pid 2>/dev/null
-	i=0
-	while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do
-		sleep 0.05
-		i=$((i + 1))
-	done
-	kill -9 $pid 2>/dev/null
-	wait $pid 2>/dev/null
-	eval "GW_PID_$1="
-}
 
 # tun_io NS - the "tun_io" object of NS's status; sets T_MODE T_RX T_TX T_DW
 # T_KICKS T_RXK T_TXK T_CALLS T_FULL T_DEVERR T_DWM and T_LINE (for RESULT lines)
