@@ -40,8 +40,9 @@ std::string_view tun_io_name(TunIo io) noexcept {
 namespace {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
-constexpr std::string_view kTunnelKeys[] = {"interface", "addresses",      "listen",    "mtu",
-                                            "tun_io",    "control_socket", "route_all", "direct_write_max"};
+constexpr std::string_view kTunnelKeys[] = {"interface", "addresses",        "listen",
+                                            "mtu",       "tun_io",           "control_socket",
+                                            "route_all", "direct_write_max", "crypto_impl"};
 constexpr std::string_view kPeerKeys[] = {"name", "endpoint",      "allowed_ips", "cipher",
                                           "esn",  "replay_window", "out",         "in"};
 constexpr std::string_view kSaKeys[] = {"spi",          "key",      "key_file",     "enc_key",
@@ -356,6 +357,14 @@ void Loader::parse_tunnel(const toml::table& t) {
 			                  std::to_string(kMaxDirectWriteMax) + " (default " +
 			                  std::to_string(kDefaultDirectWriteMax) + ")");
 		tc.direct_write_max = static_cast<uint32_t>(v->value);
+	}
+
+	if (auto v = get_string(t, "crypto_impl", where)) {
+		auto impl = crypto::parse_crypto_impl(v->value);
+		if (!impl)
+			fail(v->line, "crypto_impl " + q(v->value) +
+			                  " is unknown; use \"auto\", \"stitched\" or \"two-pass\"");
+		tc.crypto_impl = *impl;
 	}
 
 	if (auto v = get_string(t, "control_socket", where)) {

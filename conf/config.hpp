@@ -56,6 +56,9 @@ struct TunnelConfig {
 	/// vhost only: an inbound batch of at most this many packets is written to
 	/// the tun directly when the TX ring is idle (would need a kick); 0 = always the ring
 	uint32_t direct_write_max = kDefaultDirectWriteMax;
+	/// CBC-HMAC suites: one-pass stitched AES+HMAC or two passes; auto picks
+	/// stitched where the CPU supports it (GCM is unaffected)
+	crypto::CryptoImpl crypto_impl = crypto::CryptoImpl::automatic;
 	std::string control_socket; ///< default /run/esptun/<interface>.sock
 	bool route_all = false;     ///< client only: default route through the tunnel
 };

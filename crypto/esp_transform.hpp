@@ -83,10 +83,46 @@ public:
 	 * treated as garbage.
 	 */
 	virtual bool open(std::span<uint8_t> esp, uint32_t seq_hi) noexcept = 0;
+
+	/**
+	 * impl_name() - which implementation this is, for status and start-up
+	 * logs: "gcm", "two-pass" (EVP AES-CBC then HMAC) or "stitched" (one-pass
+	 * AES-CBC+HMAC, crypto/cbc_hmac_stitched.hpp).
+	 */
+	virtual std::string_view impl_name() const noexcept { return spec().aead ? "gcm" : "two-pass"; }
 };
 
+/// How to implement the AES-CBC + HMAC suites (GCM has one implementation).
+/// Config spelling: crypto_impl = "auto" | "stitched" | "two-pass".
+enum class CryptoImpl : uint8_t {
+	automatic, ///< stitched where stitched_supported(), else two-pass
+	stitched,  ///< one-pass AES-CBC+HMAC encryption; fails where unsupported
+	two_pass,  ///< EVP AES-CBC, then HMAC
+};
+
+/// "auto", "stitched" or "two-pass".
+std::string_view crypto_impl_name(CryptoImpl impl) noexcept;
+/// The inverse of crypto_impl_name(); nullopt for anything else.
+std::optional<CryptoImpl> parse_crypto_impl(std::string_view name) noexcept;
+
 /**
- * make_esp_transform() - build the transform for one SA direction.
+ * stitched_supported() - whether this CPU runs the stitched transform for all
+ * four CBC suites: AES-NI and SSSE3, plus SHA extensions or AVX (OS-enabled)
+ * for the SHA-256 routine, which has no plain-SSSE3 variant. Computed once
+ * from CPUID.
+ */
+bool stitched_supported() noexcept;
+
+/**
+ * stitched_variant() - the code path the stitched routines take here, e.g.
+ * "sha-ni" or "avx2/avx" (SHA-1 path / SHA-256 path when they differ), or
+ * "none". For status output next to impl_name().
+ */
+std::string_view stitched_variant() noexcept;
+
+/**
+ * make_esp_transform() - build the transform for one SA direction (the
+ * two-pass implementation for CBC suites; see the overload below).
  * @enc_key:  AES key (CBC) or AES key || salt (GCM), length as in the spec
  * @auth_key: HMAC key (CBC-HMAC), empty for GCM
  * @esn:      extended sequence numbers negotiated for this SA
@@ -95,6 +131,17 @@ public:
  */
 std::unique_ptr<EspTransform> make_esp_transform(Cipher cipher, std::span<const uint8_t> enc_key,
                                                  std::span<const uint8_t> auth_key, bool esn);
+
+/**
+ * make_esp_transform() - the same, choosing the CBC-HMAC implementation.
+ * @impl: automatic = stitched where stitched_supported(), else two-pass;
+ *        ignored for GCM suites.
+ * Throws as above, and std::runtime_error for CryptoImpl::stitched on a CPU
+ * without the features (the message names what is missing).
+ */
+std::unique_ptr<EspTransform> make_esp_transform(Cipher cipher, std::span<const uint8_t> enc_key,
+                                                 std::span<const uint8_t> auth_key, bool esn,
+                                                 CryptoImpl impl);
 
 /// Minimum length of a valid ESP packet for @spec: header, IV, one aligned
 /// payload unit and the ICV.

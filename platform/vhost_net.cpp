@@ -2,6 +2,7 @@
 #include "platform/vhost_net.hpp"
 
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -93,9 +94,15 @@ VhostNet VhostNet::open(const std::string& path) {
 
 void VhostNet::set_mem_table(std::span<const uint8_t> region) {
 	// struct vhost_memory ends in a flexible array: build it in a byte buffer.
-	alignas(vhost_memory) unsigned char buf[sizeof(vhost_memory) + sizeof(vhost_memory_region)] = {};
-	vhost_memory head{};
-	head.nregions = 1;
+	// The header is spelled out here: a vhost_memory variable would make clang
+	// warn about its zero-length array.
+	struct MemoryHeader {
+		uint32_t nregions;
+		uint32_t padding;
+	} head{1, 0};
+	static_assert(sizeof(MemoryHeader) == offsetof(vhost_memory, regions));
+	alignas(
+	    vhost_memory_region) unsigned char buf[sizeof(MemoryHeader) + sizeof(vhost_memory_region)] = {};
 	vhost_memory_region r{};
 	// Identity map: the "guest physical" addresses in the rings are our own
 	// virtual addresses, so a descriptor holds a plain pointer.

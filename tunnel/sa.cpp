@@ -27,12 +27,12 @@ SaTable::SaTable(const std::vector<PeerParams>& params) {
 		peer->out.spi = p.out.spi;
 		peer->out.esn = p.esn;
 		peer->out.transform =
-		    crypto::make_esp_transform(p.cipher, p.out.enc_key, p.out.auth_key, p.esn);
+		    crypto::make_esp_transform(p.cipher, p.out.enc_key, p.out.auth_key, p.esn, p.impl);
 
 		peer->in = std::make_unique<InboundSa>(p.replay_window, p.esn);
 		peer->in->spi = p.in.spi;
 		peer->in->transform =
-		    crypto::make_esp_transform(p.cipher, p.in.enc_key, p.in.auth_key, p.esn);
+		    crypto::make_esp_transform(p.cipher, p.in.enc_key, p.in.auth_key, p.esn, p.impl);
 		peer->in->peer = peer.get();
 		if (!by_spi_.emplace(p.in.spi, peer->in.get()).second)
 			throw std::invalid_argument("peer " + p.name + ": inbound SPI " +

@@ -35,6 +35,7 @@ struct PeerParams {
 	crypto::Cipher cipher = crypto::Cipher::aes128_gcm;
 	bool esn = true;
 	uint32_t replay_window = 1024;
+	crypto::CryptoImpl impl = crypto::CryptoImpl::automatic;
 	SaParams out, in;
 };
 

@@ -41,6 +41,7 @@ std::vector<PeerParams> peer_params(const conf::Config& config) {
 		pp.cipher = p.cipher;
 		pp.esn = p.esn;
 		pp.replay_window = p.replay_window;
+		pp.impl = config.tunnel.crypto_impl;
 		pp.out = {p.out.spi, p.out.enc_key, p.out.auth_key};
 		pp.in = {p.in.spi, p.in.enc_key, p.in.auth_key};
 		out.push_back(std::move(pp));
@@ -139,6 +140,21 @@ void install_routes(const conf::Config& config, int ifindex, platform::NetConfig
 	}
 }
 
+/// One start-up line saying which implementation the CBC-HMAC suites use.
+void log_crypto_choice(const conf::Config& config, const SaTable& table) {
+	for (const auto& peer : table.peers()) {
+		if (peer->spec->aead) continue;
+		std::string impl(peer->out.transform->impl_name());
+		std::string why = impl == "stitched"
+		                      ? std::string("CPU path ") + std::string(crypto::stitched_variant())
+		                  : config.tunnel.crypto_impl == crypto::CryptoImpl::two_pass
+		                      ? std::string("crypto_impl = \"two-pass\"")
+		                      : std::string("this CPU lacks what the stitched routines need");
+		log::info("crypto: CBC-HMAC suites use the " + impl + " implementation (" + why + ")");
+		return;
+	}
+}
+
 /// Signals go to the control plane (Asio); the data-path thread must not
 /// take them, or its poll() would be interrupted for nothing.
 class BlockSignalsForThreads {
@@ -181,6 +197,8 @@ void run_service(const conf::Config& config, const std::string& program) {
 
 	// 1. Keys and SAs first: a bad key must fail before any device exists.
 	SaTable table(peer_params(config));
+	info.crypto_impl = crypto::crypto_impl_name(tc.crypto_impl);
+	log_crypto_choice(config, table);
 
 	// 2. Tun I/O mode: open /dev/vhost-net now, so "vhost" fails before any
 	// interface exists and "auto" knows early that it will fall back.

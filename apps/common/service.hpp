@@ -29,6 +29,7 @@ struct ServiceInfo {
 	std::string tun_io_reason;
 	unsigned direct_write_max = 0;            ///< as configured (used in vhost mode only)
 	const TunIoStats* tun_io_stats = nullptr; ///< the tun port's counters, once it exists
+	std::string crypto_impl;                  ///< as configured: auto, stitched or two-pass
 	std::chrono::steady_clock::time_point started;
 };
 

@@ -30,6 +30,7 @@ void write_peer(JsonWriter& j, const Peer& peer) {
 	j.field("endpoint_changes", peer.endpoint_changes.get());
 	j.field("last_rx_unix_ms", int64_t(peer.last_rx_unix_ms.load(std::memory_order_relaxed)));
 	j.field("cipher", peer.spec->name);
+	j.field("crypto_impl", peer.out.transform->impl_name());
 	j.field("esn", peer.out.esn);
 	j.key("allowed_ips").begin_array();
 	for (const IpPrefix& p : peer.allowed_ips)
@@ -83,6 +84,9 @@ std::string render_status(const ServiceInfo& info, const DataPathStats& stats, c
 	j.field("program", info.program).field("interface", info.interface);
 	j.field("mtu", info.mtu).field("mtu_source", info.mtu_source).field("listen", info.listen);
 	write_tun_io(j, info);
+	j.key("crypto").begin_object();
+	j.field("impl", info.crypto_impl).field("stitched_supported", crypto::stitched_supported());
+	j.field("stitched_variant", crypto::stitched_variant()).end_object();
 	double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - info.started).count();
 	j.field("uptime_s", up);
 

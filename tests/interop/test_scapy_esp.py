@@ -64,19 +64,21 @@ SIZES = [0, 1, 13, 14, 200, 1000]
 SPI_IN, SPI_OUT = 0x2001, 0x1001  # gateway's in (scapy sends) / out (scapy receives)
 RECV_TIMEOUT = 2.0
 
-# (cipher, esn, underlay family): every suite with ESN on and off over IPv4,
-# and one CBC and one GCM suite over IPv6.
-CASES = [(c, esn, 4) for c in conf.SUITES for esn in (True, False)] + [
-    ("aes128-cbc-hmac-sha256", True, 6), ("aes256-gcm", False, 6)]
+# (cipher, esn, underlay family, crypto_impl): every suite with ESN on and off
+# over IPv4 (the CBC-HMAC ones with both the stitched one-pass and the
+# two-pass implementation), and one CBC and one GCM suite over IPv6.
+CASES = [(c, esn, 4, impl) for c in conf.SUITES for esn in (True, False)
+         for impl in (("auto",) if conf.SUITES[c]["aead"] else ("stitched", "two-pass"))] + [
+    ("aes128-cbc-hmac-sha256", True, 6, "auto"), ("aes256-gcm", False, 6, "auto")]
 
 
 class Case:
     """One gateway configuration and the scapy peer that talks to it."""
 
-    def __init__(self, rep, ctx, idx, cipher, esn, ulfam):
+    def __init__(self, rep, ctx, idx, cipher, esn, ulfam, impl):
         self.rep, self.ctx = rep, ctx
-        self.cipher, self.esn, self.ulfam = cipher, esn, ulfam
-        self.tag = f"{cipher} esn={'on' if esn else 'off'} underlay=IPv{ulfam}"
+        self.cipher, self.esn, self.ulfam, self.impl = cipher, esn, ulfam, impl
+        self.tag = f"{cipher} esn={'on' if esn else 'off'} underlay=IPv{ulfam} impl={impl}"
         self.tun = f"es{os.getpid() % 100000}x{idx}"
         self.gw_out = conf.SaKeys.random(cipher, SPI_OUT)  # gateway -> scapy
         self.gw_in = conf.SaKeys.random(cipher, SPI_IN)  # scapy -> gateway
@@ -98,7 +100,7 @@ class Case:
         ep = conf.Endpoint(
             interface=self.tun, addresses=["10.99.0.1/24", "fd99::1/64"],
             listen="0.0.0.0:4500" if self.ulfam == 4 else "[::]:4500",
-            control_socket=os.path.join(ctx.tmp, f"{self.tun}.sock"),
+            control_socket=os.path.join(ctx.tmp, f"{self.tun}.sock"), crypto_impl=self.impl,
             peers=[conf.Peer(name="scapy", cipher=self.cipher, out=self.gw_out, inb=self.gw_in,
                              allowed_ips=["10.99.0.2/32", "fd99::2/128"],
                              endpoint=(f"{b_ul}:4500" if self.ulfam == 4 else f"[{b_ul}]:4500"),
@@ -117,6 +119,11 @@ class Case:
                        f"[{self.tag}] gateway up; status names the interface, cipher, ESN, SPIs "
                        f"(mtu {self.mtu}, tun_io {st.get('tun_io', {}).get('mode')}, "
                        f"listen {st.get('listen')})", str(st)[:600])
+        # The implementation asked for is the one in use (auto: stitched where
+        # the CPU can, which the CI machines can).
+        want = ("gcm" if conf.SUITES[self.cipher]["aead"] else
+                "two-pass" if self.impl == "two-pass" else "stitched")
+        self.rep.equal(p.get("crypto_impl"), want, f"[{self.tag}] status: crypto_impl in use")
         link = ctx.a.ip("link", "show", "dev", self.tun).stdout
         self.rep.check(f" mtu {self.mtu} " in link, f"[{self.tag}] tun MTU in the kernel is the "
                        f"status mtu {self.mtu}", link.strip())
@@ -385,10 +392,10 @@ def body(rep, build):
     ctx.bsock = {f: ctx.b.socket(FAM[f], socket.SOCK_DGRAM, bind=(UL[f][1], 4500),
                                  timeout=RECV_TIMEOUT) for f in (4, 6)}
     try:
-        for i, (cipher, esn, ulfam) in enumerate(CASES):
+        for i, (cipher, esn, ulfam, impl) in enumerate(CASES):
             rep.section(f"case {i + 1}/{len(CASES)}: {cipher}, ESN {'on' if esn else 'off'}, "
-                        f"underlay IPv{ulfam}")
-            case = Case(rep, ctx, i, cipher, esn, ulfam)
+                        f"underlay IPv{ulfam}, crypto_impl {impl}")
+            case = Case(rep, ctx, i, cipher, esn, ulfam, impl)
             try:
                 case.run()
             except netns.TestError as e:  # record it, go on with the next suite

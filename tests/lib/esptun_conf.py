@@ -57,6 +57,7 @@ class Endpoint:
     listen: str = "0.0.0.0:4500"
     mtu: int = 0
     tun_io: str = "direct"
+    crypto_impl: str = "auto"  # auto | stitched | two-pass (CBC-HMAC suites)
     peers: list = field(default_factory=list)
 
     def render(self):
@@ -86,6 +87,7 @@ def render(ep):
         f'listen = "{ep.listen}"',
         f"mtu = {ep.mtu}",
         f'tun_io = "{ep.tun_io}"',
+        f'crypto_impl = "{ep.crypto_impl}"',
         f'control_socket = "{ep.control_socket}"',
     ]
     for p in ep.peers:

@@ -30,6 +30,7 @@ ciphers=$(cmdline_opt ciphers "$CIPHERS" | tr ',' ' ')
 cross=$(cmdline_opt cross "aes128-gcm,aes128-cbc-hmac-sha1" | tr ',' ' ')
 [ "$cross" = none ] && cross=""
 corrupt=$(cmdline_opt corrupt 0)
+CRYPTO_IMPL=$(cmdline_opt crypto_impl stitched)
 fail=0
 
 # write_conf CIPHER ESN - esptun's side: sends with SA AO, receives with SA BO
@@ -41,6 +42,10 @@ write_conf() {
 		echo 'addresses = ["10.99.0.1/24"]'
 		echo 'listen = "0.0.0.0:4500"'
 		echo 'tun_io = "direct"'
+		# The one-pass stitched CBC-HMAC (fails to start if the guest CPU
+		# lacks it, rather than quietly testing two-pass); esptun.crypto_impl=
+		# two-pass on the kernel command line checks the other implementation.
+		echo "crypto_impl = \"$CRYPTO_IMPL\""
 		echo "control_socket = \"$SOCK\""
 		echo "[[peer]]"
 		echo 'name = "kernel"'
