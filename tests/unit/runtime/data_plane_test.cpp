@@ -9,6 +9,8 @@
 #include "tunnel/bytes.hpp"
 #include "tunnel/esp.hpp"
 
+#include "runtime_test_util.hpp"
+
 #include <doctest/doctest.h>
 #include <openssl/rand.h>
 #include <poll.h>
@@ -50,23 +52,6 @@ std::vector<uint8_t> ipv4_packet(uint32_t src, uint32_t dst, size_t payload_len)
 	return p;
 }
 
-PeerParams peer(const char* name, Endpoint ep, const char* allowed, uint32_t out_spi, uint32_t in_spi,
-                const std::vector<uint8_t>& k_out, const std::vector<uint8_t>& k_in) {
-	PeerParams p;
-	p.name = name;
-	p.endpoint = ep;
-	p.allowed_ips = {*parse_prefix(allowed)};
-	p.cipher = crypto::Cipher::aes128_gcm;
-	p.out = {out_spi, k_out, {}};
-	p.in = {in_spi, k_in, {}};
-	return p;
-}
-
-bool wait_readable(int fd) {
-	pollfd p{fd, POLLIN, 0};
-	return poll(&p, 1, 2000) == 1;
-}
-
 } // namespace
 
 TEST_CASE("data plane carries a batch of packets through ESP over loopback UDP, in order and intact") {
@@ -76,8 +61,8 @@ TEST_CASE("data plane carries a batch of packets through ESP over loopback UDP, 
 	platform::UdpSocket udp_b = platform::UdpSocket::bind(loopback);
 	Endpoint ep_a = udp_a.local_endpoint(), ep_b = udp_b.local_endpoint();
 
-	SaTable table_a({peer("b", ep_b, "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)});
-	SaTable table_b({peer("a", ep_a, "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)});
+	SaTable table_a({test::gcm_peer("b", ep_b, "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)});
+	SaTable table_b({test::gcm_peer("a", ep_a, "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)});
 	FakeTun tun_a, tun_b;
 	DataPathStats stats_a, stats_b;
 	DataPlane plane_a(table_a, tun_a.plane_end.get(), udp_a, stats_a);
@@ -103,7 +88,7 @@ TEST_CASE("data plane carries a batch of packets through ESP over loopback UDP, 
 
 	size_t got = 0;
 	std::vector<uint8_t> buf(70000);
-	while (got < sent.size() && wait_readable(udp_b.fd())) {
+	while (got < sent.size() && test::wait_readable(udp_b.fd())) {
 		plane_b.inbound_batch();
 		for (;;) {
 			ssize_t n = read(tun_b.test_end.get(), buf.data(), buf.size());
@@ -127,8 +112,9 @@ TEST_CASE(
 	platform::UdpSocket udp_b = platform::UdpSocket::bind(loopback);
 	platform::UdpSocket sender = platform::UdpSocket::bind(loopback);
 	Endpoint ep_b = udp_b.local_endpoint();
-	SaTable table_a({peer("b", ep_b, "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)});
-	SaTable table_b({peer("a", sender.local_endpoint(), "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)});
+	SaTable table_a({test::gcm_peer("b", ep_b, "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)});
+	SaTable table_b(
+	    {test::gcm_peer("a", sender.local_endpoint(), "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)});
 	FakeTun tun_b;
 	DataPathStats stats_b;
 	DataPlane plane_b(table_b, tun_b.plane_end.get(), udp_b, stats_b);
@@ -141,7 +127,7 @@ TEST_CASE(
 	res.datagram[res.datagram.size() - 1] ^= 0x01;
 	platform::SendSlot slot{res.datagram, ep_b};
 	REQUIRE(sender.send_batch({&slot, 1}).count == 1);
-	REQUIRE(wait_readable(udp_b.fd()));
+	REQUIRE(test::wait_readable(udp_b.fd()));
 	plane_b.inbound_batch();
 	CHECK(stats_b.drops_of(Drop::auth_failed) == 1);
 	CHECK(stats_b.tun_tx_packets.get() == 0);

@@ -5,6 +5,8 @@
 // The "tun" for direct writes is a SOCK_SEQPACKET pair (one packet per write).
 #include "apps/common/vhost_tun_port.hpp"
 
+#include "runtime_test_util.hpp"
+
 #include "apps/common/data_plane.hpp"
 #include "platform/vhost_net.hpp"
 #include "tests/unit/virtio/device_model.hpp"
@@ -290,18 +292,6 @@ TEST_CASE("vhost port set-up refuses a region that is too short") {
 
 namespace {
 
-PeerParams gcm_peer(const char* name, Endpoint ep, const char* allowed, uint32_t out_spi, uint32_t in_spi,
-                    const std::vector<uint8_t>& k_out, const std::vector<uint8_t>& k_in) {
-	PeerParams p;
-	p.name = name;
-	p.endpoint = ep;
-	p.allowed_ips = {*parse_prefix(allowed)};
-	p.cipher = crypto::Cipher::aes128_gcm;
-	p.out = {out_spi, k_out, {}};
-	p.in = {in_spi, k_in, {}};
-	return p;
-}
-
 /// An IPv4/UDP packet 10.99.0.@src -> 10.99.0.@dst with @payload bytes.
 std::vector<uint8_t> ipv4(uint8_t src, uint8_t dst, size_t payload, uint8_t seed) {
 	std::vector<uint8_t> p = packet(28 + payload, seed);
@@ -317,11 +307,6 @@ std::vector<uint8_t> ipv4(uint8_t src, uint8_t dst, size_t payload, uint8_t seed
 	return p;
 }
 
-bool readable(int fd) {
-	pollfd p{fd, POLLIN, 0};
-	return poll(&p, 1, 2000) == 1;
-}
-
 } // namespace
 
 TEST_CASE("data plane over a vhost port: ESP in both directions, receive buffers swapped into the TX ring") {
@@ -329,8 +314,10 @@ TEST_CASE("data plane over a vhost port: ESP in both directions, receive buffers
 	Endpoint loopback{IpAddress::v4(0x7f000001), 0};
 	platform::UdpSocket udp_a = platform::UdpSocket::bind(loopback);
 	platform::UdpSocket udp_b = platform::UdpSocket::bind(loopback);
-	SaTable table_a({gcm_peer("b", udp_b.local_endpoint(), "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)});
-	SaTable table_b({gcm_peer("a", udp_a.local_endpoint(), "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)});
+	SaTable table_a(
+	    {test::gcm_peer("b", udp_b.local_endpoint(), "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)});
+	SaTable table_b(
+	    {test::gcm_peer("a", udp_a.local_endpoint(), "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)});
 	int sv[2];
 	REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
 	platform::UniqueFd tun_a_plane(sv[0]), tun_a_test(sv[1]);
@@ -350,7 +337,7 @@ TEST_CASE("data plane over a vhost port: ESP in both directions, receive buffers
 	plane_a.outbound_batch();
 	CHECK(stats_a.udp_tx_packets.get() == 12);
 	size_t got = 0, direct = 0;
-	while (stats_b.udp_rx_packets.get() < 12 && readable(udp_b.fd())) {
+	while (stats_b.udp_rx_packets.get() < 12 && test::wait_readable(udp_b.fd())) {
 		plane_b.inbound_batch();
 		while (bed.tx_dev->avail_pending() && got < sent.size())
 			CHECK(bed.device_tx() == sent[got++]);
@@ -375,7 +362,7 @@ TEST_CASE("data plane over a vhost port: ESP in both directions, receive buffers
 	CHECK(bed.port->rx_queue().in_flight() == kQ); // re-posted
 	size_t n = 0;
 	std::vector<uint8_t> buf(70000);
-	while (n < back.size() && readable(udp_a.fd())) {
+	while (n < back.size() && test::wait_readable(udp_a.fd())) {
 		plane_a.inbound_batch();
 		for (ssize_t r; (r = read(tun_a_test.get(), buf.data(), buf.size())) >= 0; n++) {
 			REQUIRE(n < back.size());
