@@ -1,5 +1,6 @@
 // esptun-bench: measurements and demonstrations around esptun-gateway.
 // main() only dispatches to a subcommand; each lives in its own file.
+#include "apps/bench/crypto_bench.hpp"
 #include "apps/bench/demo.hpp"
 #include "apps/bench/vhost_counts.hpp"
 
@@ -16,8 +17,10 @@ void usage(std::FILE* to) {
 	             "commands:\n"
 	             "%s"
 	             "%s"
+	             "%s"
 	             "  help                  this text\n",
-	             esptun::bench::kDemoUsage, esptun::bench::kVhostCountsUsage);
+	             esptun::bench::kDemoUsage, esptun::bench::kVhostCountsUsage,
+	             esptun::bench::kCryptoBenchUsage);
 }
 
 } // namespace
@@ -31,6 +34,7 @@ int main(int argc, char** argv) {
 	const std::string cmd = args.front();
 	args.erase(args.begin());
 	if (cmd == "demo") return esptun::bench::run_demo(args);
+	if (cmd == "crypto") return esptun::bench::run_crypto_bench(args);
 	if (cmd == "vhost-counts") return esptun::bench::run_vhost_counts(args);
 	if (cmd == "help" || cmd == "-h" || cmd == "--help") {
 		usage(stdout);
