@@ -56,6 +56,7 @@
 
 #include "crypto/cpu_features.hpp"
 #include "crypto/evp_util.hpp"
+#include "crypto/hmac_pads.hpp"
 
 #include <algorithm>
 #include <array>
@@ -85,64 +86,29 @@ using detail::EspLayout;
 
 namespace {
 
-constexpr size_t kShaBlock = 64;
+constexpr size_t kShaBlock = detail::kShaBlockLen;
 constexpr size_t kHeadShaNi = 48;  // trail 8 + 16 + 48 = 72 >= 64
 constexpr size_t kHeadOther = 112; // trail 8 + 16 + 112 = 136 >= 128
 static_assert(detail::kEspHeaderLen + kCbcIvLen + kHeadShaNi >= kShaBlock);
 static_assert(detail::kEspHeaderLen + kCbcIvLen + kHeadOther >= 2 * kShaBlock);
 static_assert(kHeadShaNi % 16 == 0 && kHeadOther % 16 == 0, "whole AES blocks");
 
-struct Sha1Ops {
-	using Ctx = SHA_CTX;
-	static constexpr size_t kLen = SHA_DIGEST_LENGTH;
-	static void init(Ctx* c) noexcept { SHA1_Init(c); }
-	static void update(Ctx* c, const void* p, size_t n) noexcept { SHA1_Update(c, p, n); }
-	static void final(uint8_t* out, Ctx* c) noexcept { SHA1_Final(out, c); }
+// The hash functions with their stitched AES-CBC routine.
+struct Sha1Ops : detail::Sha1Ops {
 	static void stitch(uint8_t* data, size_t blocks, const AES_KEY* k, uint8_t* iv, Ctx* c,
 	                   const uint8_t* hash_in) noexcept {
 		aesni_cbc_sha1_enc(data, data, blocks, k, iv, c, hash_in);
 	}
 };
 
-struct Sha256Ops {
-	using Ctx = SHA256_CTX;
-	static constexpr size_t kLen = SHA256_DIGEST_LENGTH;
-	static void init(Ctx* c) noexcept { SHA256_Init(c); }
-	static void update(Ctx* c, const void* p, size_t n) noexcept { SHA256_Update(c, p, n); }
-	static void final(uint8_t* out, Ctx* c) noexcept { SHA256_Final(out, c); }
+struct Sha256Ops : detail::Sha256Ops {
 	static void stitch(uint8_t* data, size_t blocks, const AES_KEY* k, uint8_t* iv, Ctx* c,
 	                   const uint8_t* hash_in) noexcept {
 		(void)aesni_cbc_sha256_enc(data, data, blocks, k, iv, c, hash_in);
 	}
 };
 
-template <class Ctx> struct Pads {
-	Ctx inner; // after hashing key ^ ipad: a whole block, so num == 0
-	Ctx outer; // after hashing key ^ opad
-};
-
-// RFC 2104 section 2: keys longer than the block are hashed first.
-template <class Ops> void set_hmac_key(Pads<typename Ops::Ctx>& pads, std::span<const uint8_t> key) noexcept {
-	std::array<uint8_t, kShaBlock> block{};
-	if (key.size() > kShaBlock) {
-		typename Ops::Ctx c;
-		Ops::init(&c);
-		Ops::update(&c, key.data(), key.size());
-		Ops::final(block.data(), &c);
-		OPENSSL_cleanse(&c, sizeof c);
-	} else {
-		std::copy(key.begin(), key.end(), block.begin());
-	}
-	for (auto& b : block)
-		b ^= 0x36;
-	Ops::init(&pads.inner);
-	Ops::update(&pads.inner, block.data(), block.size());
-	for (auto& b : block)
-		b ^= 0x36 ^ 0x5c;
-	Ops::init(&pads.outer);
-	Ops::update(&pads.outer, block.data(), block.size());
-	OPENSSL_cleanse(block.data(), block.size());
-}
+template <class Ctx> using Pads = detail::HmacPads<Ctx>;
 
 // The stitched routine advanced only the chaining words; account for the
 // 64*blocks bytes in the 64-bit bit count (Nh:Nl), as OpenSSL's glue does.
@@ -280,9 +246,9 @@ CbcHmacStitchedTransform::CbcHmacStitchedTransform(const CipherSpec& spec, std::
 	const cpu::StitchPath path = st_->sha256 ? cpu::sha256_stitch_path() : cpu::sha1_stitch_path();
 	head_len_ = path == cpu::StitchPath::shaext ? kHeadShaNi : kHeadOther;
 	if (st_->sha256)
-		set_hmac_key<Sha256Ops>(st_->sha256_pads, auth_key);
+		detail::set_hmac_pads<Sha256Ops>(st_->sha256_pads, auth_key);
 	else
-		set_hmac_key<Sha1Ops>(st_->sha1, auth_key);
+		detail::set_hmac_pads<Sha1Ops>(st_->sha1, auth_key);
 }
 
 CbcHmacStitchedTransform::~CbcHmacStitchedTransform() {

@@ -13,6 +13,8 @@
 #define OPENSSL_SUPPRESS_DEPRECATED
 #include "crypto/hmac.hpp"
 
+#include "crypto/hmac_pads.hpp"
+
 #include <algorithm>
 #include <array>
 #include <openssl/crypto.h>
@@ -22,52 +24,12 @@ namespace esptun::crypto {
 
 namespace {
 
-constexpr size_t kBlockLen = 64; // SHA-1 and SHA-256 both hash 64-byte blocks
+using detail::HmacPads;
+using detail::Sha1Ops;
+using detail::Sha256Ops;
 
-// The three hash states of one HMAC key for one hash function.
-template <class Ctx> struct Pads {
-	Ctx inner; // after hashing key ^ ipad
-	Ctx outer; // after hashing key ^ opad
-	Ctx work;  // the message in progress
-};
-
-struct Sha1Ops {
-	using Ctx = SHA_CTX;
-	static constexpr size_t kLen = SHA_DIGEST_LENGTH;
-	static void init(Ctx* c) noexcept { SHA1_Init(c); }
-	static void update(Ctx* c, const void* p, size_t n) noexcept { SHA1_Update(c, p, n); }
-	static void final(uint8_t* out, Ctx* c) noexcept { SHA1_Final(out, c); }
-};
-
-struct Sha256Ops {
-	using Ctx = SHA256_CTX;
-	static constexpr size_t kLen = SHA256_DIGEST_LENGTH;
-	static void init(Ctx* c) noexcept { SHA256_Init(c); }
-	static void update(Ctx* c, const void* p, size_t n) noexcept { SHA256_Update(c, p, n); }
-	static void final(uint8_t* out, Ctx* c) noexcept { SHA256_Final(out, c); }
-};
-
-template <class Ops> void set_key(Pads<typename Ops::Ctx>& pads, std::span<const uint8_t> key) noexcept {
-	std::array<uint8_t, kBlockLen> block{};
-	if (key.size() > kBlockLen) {
-		typename Ops::Ctx c;
-		Ops::init(&c);
-		Ops::update(&c, key.data(), key.size());
-		Ops::final(block.data(), &c);
-		OPENSSL_cleanse(&c, sizeof c);
-	} else {
-		std::copy(key.begin(), key.end(), block.begin());
-	}
-	for (auto& b : block)
-		b ^= 0x36;
-	Ops::init(&pads.inner);
-	Ops::update(&pads.inner, block.data(), block.size());
-	for (auto& b : block)
-		b ^= 0x36 ^ 0x5c;
-	Ops::init(&pads.outer);
-	Ops::update(&pads.outer, block.data(), block.size());
-	OPENSSL_cleanse(block.data(), block.size());
-}
+// The pad states of one key plus the message in progress.
+template <class Ctx> struct Pads : HmacPads<Ctx> { Ctx work; };
 
 template <class Ops> void finish_mac(Pads<typename Ops::Ctx>& pads, std::span<uint8_t> out) noexcept {
 	std::array<uint8_t, Ops::kLen> inner_hash;
@@ -90,9 +52,9 @@ struct Hmac::State {
 
 Hmac::Hmac(HmacHash hash, std::span<const uint8_t> key) : hash_(hash), st_(std::make_unique<State>()) {
 	if (hash_ == HmacHash::sha1)
-		set_key<Sha1Ops>(st_->sha1, key);
+		detail::set_hmac_pads<Sha1Ops>(st_->sha1, key);
 	else
-		set_key<Sha256Ops>(st_->sha256, key);
+		detail::set_hmac_pads<Sha256Ops>(st_->sha256, key);
 }
 
 Hmac::~Hmac() {
