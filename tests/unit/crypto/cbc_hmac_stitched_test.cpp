@@ -67,40 +67,6 @@ std::string path_name(const CipherSpec& spec) {
 	    cpu::stitch_path_name(is_sha256(spec) ? cpu::sha256_stitch_path() : cpu::sha1_stitch_path()));
 }
 
-/// The ICV recomputed with OpenSSL's one-shot EVP_Q_mac.
-Bytes reference_icv(const CipherSpec& spec, const Bytes& auth_key, const Bytes& esp, bool esn,
-                    uint32_t seq_hi) {
-	Bytes authed(esp.begin(), esp.end() - ptrdiff_t(spec.icv_len));
-	if (esn) {
-		uint8_t hi[4];
-		put_be32(hi, seq_hi);
-		authed.insert(authed.end(), hi, hi + 4);
-	}
-	uint8_t mac[EVP_MAX_MD_SIZE];
-	size_t mac_len = 0;
-	REQUIRE(EVP_Q_mac(nullptr, "HMAC", nullptr, is_sha256(spec) ? "SHA256" : "SHA1", nullptr,
-	                  auth_key.data(), auth_key.size(), authed.data(), authed.size(), mac, sizeof mac,
-	                  &mac_len) != nullptr);
-	return Bytes(mac, mac + spec.icv_len);
-}
-
-/// AES-CBC decryption of the packet's payload in a fresh EVP context.
-Bytes reference_decrypt(const Bytes& enc_key, const Bytes& esp, size_t icv_len) {
-	const EVP_CIPHER* c = enc_key.size() == 16 ? EVP_aes_128_cbc() : EVP_aes_256_cbc();
-	EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
-	REQUIRE(ctx);
-	Bytes ct(esp.begin() + 24, esp.end() - ptrdiff_t(icv_len));
-	Bytes pt(ct.size() + 16);
-	int n = 0, fin = 0;
-	REQUIRE(EVP_DecryptInit_ex2(ctx, c, enc_key.data(), esp.data() + 8, nullptr) == 1);
-	EVP_CIPHER_CTX_set_padding(ctx, 0);
-	REQUIRE(EVP_DecryptUpdate(ctx, pt.data(), &n, ct.data(), int(ct.size())) == 1);
-	REQUIRE(EVP_DecryptFinal_ex(ctx, pt.data() + n, &fin) == 1);
-	EVP_CIPHER_CTX_free(ctx);
-	pt.resize(size_t(n + fin));
-	return pt;
-}
-
 /// Inner packet lengths: every one of 0..2048, then a sample up to 9000.
 std::vector<size_t> inner_lengths(std::mt19937_64& rng) {
 	std::vector<size_t> lens;

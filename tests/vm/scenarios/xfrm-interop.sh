@@ -69,39 +69,12 @@ write_conf() {
 	chmod 600 $CONF
 }
 
-GW_PID=""
-gw_start() {
-	rm -f $SOCK
-	$IP netns exec $A $GW run -c $CONF >/tmp/gw.log 2>&1 &
-	GW_PID=$!
-	i=0
-	while [ $i -lt 200 ]; do # up to 20 s: a C++ program starts slowly under TCG
-		if [ -S $SOCK ] && $IP -n $A -4 addr show dev esp0 2>/dev/null | grep -q 10.99.0.1; then
-			return 0
-		fi
-		kill -0 $GW_PID 2>/dev/null || break
-		sleep 0.1
-		i=$((i + 1))
-	done
-	return 1
-}
-gw_stop() {
-	[ -n "$GW_PID" ] || return
-	kill $GW_PID 2>/dev/null
-	i=0
-	while kill -0 $GW_PID 2>/dev/null && [ $i -lt 100 ]; do
-		sleep 0.05
-		i=$((i + 1))
-	done
-	kill -9 $GW_PID 2>/dev/null
-	wait $GW_PID 2>/dev/null
-	GW_PID=""
-}
+# gw_start / gw_stop come from lib.sh (namespace $A: /tmp/a.toml, /run/esptun/a.sock, /tmp/gw.a.log).
 
 # diagnostics - everything needed to debug a failed case, into the log
 diagnostics() {
 	echo "--- esptun-gateway log"
-	tail -n 40 /tmp/gw.log
+	tail -n 40 /tmp/gw.$A.log
 	echo "--- esptun status"
 	echo "$status"
 	echo "--- kernel (ns b) xfrm state with stats"
@@ -138,11 +111,11 @@ run_case() {
 		return 1
 	fi
 	t1=$(uptime_s)
-	if ! gw_start; then
+	if ! gw_start $A; then
 		echo "RESULT $case_name FAIL esptun-gateway did not come up (esp0 with 10.99.0.1 and $SOCK)"
 		cat $CONF | grep -v key
-		tail -n 40 /tmp/gw.log
-		gw_stop
+		tail -n 40 /tmp/gw.$A.log
+		gw_stop $A
 		return 1
 	fi
 	if [ $n = 1 ]; then # what esp0 looks like to the kernel, once
@@ -179,7 +152,7 @@ run_case() {
 	kill $sniff
 	wait $sniff
 	t6=$(uptime_s)
-	gw_stop
+	gw_stop $A
 
 	drops=$(json_object "$status" drops)
 	auth_failed=$(json_num "$drops" auth_failed)
