@@ -40,9 +40,9 @@ std::string_view tun_io_name(TunIo io) noexcept {
 namespace {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
-constexpr std::string_view kTunnelKeys[] = {"interface", "addresses",        "listen",
-                                            "mtu",       "tun_io",           "control_socket",
-                                            "route_all", "direct_write_max", "crypto_impl"};
+constexpr std::string_view kTunnelKeys[] = {
+    "interface", "addresses",        "listen",      "mtu",     "tun_io",       "control_socket",
+    "route_all", "direct_write_max", "crypto_impl", "udp_gso", "socket_buffer"};
 constexpr std::string_view kPeerKeys[] = {"name", "endpoint",      "allowed_ips", "cipher",
                                           "esn",  "replay_window", "out",         "in"};
 constexpr std::string_view kSaKeys[] = {"spi",          "key",      "key_file",     "enc_key",
@@ -376,6 +376,16 @@ void Loader::parse_tunnel(const toml::table& t) {
 			     "control_socket path is longer than " + std::to_string(kSunPathMax) +
 			         " bytes (the unix socket limit) or holds a NUL; use a shorter path");
 		tc.control_socket = v->value;
+	}
+
+	if (auto v = get_bool(t, "udp_gso", where)) tc.udp_gso = v->value;
+	if (auto v = get_int(t, "socket_buffer", where)) {
+		if (v->value < kMinSocketBuffer || v->value > kMaxSocketBuffer)
+			fail(v->line, "socket_buffer " + std::to_string(v->value) + " is out of range; use " +
+			                  std::to_string(kMinSocketBuffer) + " (64 KiB) up to " +
+			                  std::to_string(kMaxSocketBuffer) + " (1 GiB) bytes (default " +
+			                  std::to_string(kDefaultSocketBuffer) + ")");
+		tc.socket_buffer = static_cast<uint32_t>(v->value);
 	}
 
 	if (auto v = get_bool(t, "route_all", where)) {

@@ -21,6 +21,11 @@ inline constexpr uint32_t kMaxReplayWindow = 65536;
 /// tun_io vhost: inbound batches of at most this many packets skip an idle TX ring.
 inline constexpr uint32_t kDefaultDirectWriteMax = 4;
 inline constexpr uint32_t kMaxDirectWriteMax = 256; // the TX ring's size: a larger batch never fits
+/// Underlay socket buffers (SO_RCVBUF/SO_SNDBUF, forced past net.core.*mem_max
+/// when privileged): the kernel's ~208 KiB default overflows under bulk traffic.
+inline constexpr uint32_t kDefaultSocketBuffer = 4u << 20;
+inline constexpr uint32_t kMinSocketBuffer = 64u << 10;
+inline constexpr uint32_t kMaxSocketBuffer = 1u << 30;
 
 enum class TunIo : uint8_t { automatic, vhost, direct };
 enum class Role : uint8_t { gateway, client };
@@ -59,8 +64,12 @@ struct TunnelConfig {
 	/// CBC-HMAC suites: one-pass stitched AES+HMAC or two passes; auto picks
 	/// stitched where the CPU supports it (GCM is unaffected)
 	crypto::CryptoImpl crypto_impl = crypto::CryptoImpl::automatic;
-	std::string control_socket; ///< default /run/esptun/<interface>.sock
-	bool route_all = false;     ///< client only: default route through the tunnel
+	/// Send same-sized datagrams to one peer as UDP GSO trains (switched off
+	/// at run time when the kernel cannot; see platform/udp_socket.hpp)
+	bool udp_gso = true;
+	uint32_t socket_buffer = kDefaultSocketBuffer; ///< bytes, each direction
+	std::string control_socket;                    ///< default /run/esptun/<interface>.sock
+	bool route_all = false;                        ///< client only: default route through the tunnel
 };
 
 struct Config {

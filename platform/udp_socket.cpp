@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 
 #include "platform/sockaddr.hpp"
@@ -142,38 +144,107 @@ BatchResult UdpSocket::recv_batch(std::span<RecvSlot> slots) noexcept {
 	return {static_cast<size_t>(r), 0};
 }
 
+UdpSocket::UdpSocket(UdpSocket&& o) noexcept
+    : fd_(std::move(o.fd_)), family_(o.family_), gso_on_(o.gso_on_.load()), gso_errno_(o.gso_errno_.load()),
+      gso_trains_(o.gso_trains_.load()), gso_segments_(o.gso_segments_.load()) {}
+
+GsoStats UdpSocket::gso_stats() const noexcept {
+	return {gso_on_.load(std::memory_order_relaxed), gso_errno_.load(std::memory_order_relaxed),
+	        gso_trains_.load(std::memory_order_relaxed), gso_segments_.load(std::memory_order_relaxed)};
+}
+
 BatchResult UdpSocket::send_batch(std::span<const SendSlot> slots) noexcept {
+	size_t done = 0;
+	while (done < slots.size()) {
+		const bool gso = gso_on_.load(std::memory_order_relaxed);
+		BatchResult r = send_round(slots.subspan(done), gso);
+		done += r.count;
+		if (r.err == 0) continue;
+		// A train the kernel refused (it always comes first in the round that
+		// reports the error) is retried datagram by datagram; EIO means this
+		// socket's route cannot offload trains at all.
+		if (gso && r.err != EAGAIN && r.err != ENOBUFS && r.err != EAFNOSUPPORT) {
+			if (r.err == EIO) {
+				gso_errno_.store(EIO, std::memory_order_relaxed);
+				gso_on_.store(false, std::memory_order_relaxed);
+			}
+			r = send_round(slots.subspan(done), false);
+			done += r.count;
+			if (r.err == 0) continue;
+		}
+		return {done, r.err};
+	}
+	return {done, 0};
+}
+
+BatchResult UdpSocket::send_round(std::span<const SendSlot> slots, bool gso) noexcept {
 	const int af = address_family(family_);
+	// On the stack (~16 KiB): no allocation, safe from several threads.
 	std::array<mmsghdr, kMaxBatch> msgs;
 	std::array<iovec, kMaxBatch> iov;
 	std::array<sockaddr_storage, kMaxBatch> addrs;
-	size_t done = 0;
-	while (done < slots.size()) {
-		const size_t want = std::min(slots.size() - done, kMaxBatch);
-		size_t n = 0;
-		for (; n < want; n++) {
-			const SendSlot& s = slots[done + n];
-			const socklen_t len = to_sockaddr(s.to, af, addrs[n]);
-			if (len == 0) break; // unreachable family: send those before it
+	struct alignas(cmsghdr) Control {
+		uint8_t bytes[CMSG_SPACE(sizeof(uint16_t))];
+	};
+	std::array<Control, kMaxBatch> ctrl;
+	std::array<uint16_t, kMaxBatch> per_msg; // datagrams in each message
+	const size_t want = std::min(slots.size(), kMaxBatch);
+	size_t n = 0, m = 0;
+	while (n < want) {
+		const SendSlot& first = slots[n];
+		const socklen_t len = to_sockaddr(first.to, af, addrs[m]);
+		if (len == 0) break; // unreachable family: send those before it
+		// A train: same destination, every datagram but the last as long as
+		// the first, within the kernel's limits.
+		size_t k = 1, bytes = first.data.size();
+		if (gso)
+			while (n + k < want && k < kMaxGsoSegments &&
+			       slots[n + k - 1].data.size() == first.data.size() &&
+			       slots[n + k].data.size() <= first.data.size() && slots[n + k].to == first.to &&
+			       bytes + slots[n + k].data.size() <= kMaxGsoBytes)
+				bytes += slots[n + k++].data.size();
+		for (size_t i = 0; i < k; i++)
 			// iovec is shared with readv(), hence non-const; sendmmsg() only reads.
-			iov[n] = {const_cast<uint8_t*>(s.data.data()), s.data.size()};
-			msgs[n] = {};
-			msgs[n].msg_hdr.msg_name = &addrs[n];
-			msgs[n].msg_hdr.msg_namelen = len;
-			msgs[n].msg_hdr.msg_iov = &iov[n];
-			msgs[n].msg_hdr.msg_iovlen = 1;
+			iov[n + i] = {const_cast<uint8_t*>(slots[n + i].data.data()),
+			              slots[n + i].data.size()};
+		msgs[m] = {};
+		msghdr& h = msgs[m].msg_hdr;
+		h.msg_name = &addrs[m];
+		h.msg_namelen = len;
+		h.msg_iov = &iov[n];
+		h.msg_iovlen = k;
+		if (k > 1) {
+			h.msg_control = ctrl[m].bytes;
+			h.msg_controllen = sizeof ctrl[m].bytes;
+			cmsghdr* c = CMSG_FIRSTHDR(&h);
+			c->cmsg_level = SOL_UDP;
+			c->cmsg_type = UDP_SEGMENT;
+			c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+			const auto seg = static_cast<uint16_t>(first.data.size());
+			std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
 		}
-		if (n == 0) return {done, EAFNOSUPPORT};
-		int r;
-		do
-			r = ::sendmmsg(fd_.get(), msgs.data(), static_cast<unsigned>(n), MSG_DONTWAIT);
-		while (r < 0 && errno == EINTR);
-		if (r < 0) return {done, errno};
-		// A short count means datagram done + r failed; sendmmsg() drops
-		// that errno, so the next round retries it and reports the error.
-		done += static_cast<size_t>(r);
+		per_msg[m++] = static_cast<uint16_t>(k);
+		n += k;
 	}
-	return {done, 0};
+	if (m == 0) return {0, EAFNOSUPPORT};
+	int r;
+	do
+		r = ::sendmmsg(fd_.get(), msgs.data(), static_cast<unsigned>(m), MSG_DONTWAIT);
+	while (r < 0 && errno == EINTR);
+	if (r < 0) return {0, errno};
+	// A short count means message r failed; sendmmsg() drops that errno, so
+	// the caller's next round starts with it and reports the error.
+	size_t sent = 0;
+	for (size_t i = 0; i < size_t(r); i++) {
+		sent += per_msg[i];
+		if (per_msg[i] > 1) {
+			gso_trains_.fetch_add(1, std::memory_order_relaxed);
+			gso_segments_.fetch_add(per_msg[i], std::memory_order_relaxed);
+		}
+	}
+	// Stopped early at an unsendable family: the caller's next round starts
+	// there and gets EAFNOSUPPORT (m == 0 above).
+	return {sent, 0};
 }
 
 std::optional<unsigned> path_mtu(const IpAddress& dst) {

@@ -2,6 +2,7 @@
 // packets leave through send_batch(), inbound ones arrive through recv_batch().
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -37,10 +38,32 @@ struct BufferSizes {
 	int snd = 0;
 };
 
+/// What UDP GSO did on a socket (status JSON "udp"); read from any thread.
+struct GsoStats {
+	bool enabled = false;   ///< trains are being sent with UDP_SEGMENT
+	int disabled_errno = 0; ///< why it was switched off (EIO: the route cannot offload it)
+	uint64_t trains = 0;    ///< sendmmsg() messages that carried a train
+	uint64_t segments = 0;  ///< datagrams that went out inside trains
+};
+
 /// A bound, non-blocking UDP socket with batched I/O. An IPv6 socket is
 /// dual-stack: it also sends to and receives from IPv4 peers.
+///
+/// UDP GSO (UDP_SEGMENT, Linux 4.18): send_batch() hands consecutive
+/// datagrams to the same destination whose sizes are equal (the last may be
+/// shorter) to the kernel as one "train", one message with one iovec per
+/// datagram, which the stack segments once, after routing and netfilter,
+/// instead of traversing them datagram by datagram. The wire is unchanged:
+/// the peer receives the same datagrams. A kernel or route that cannot do it
+/// answers EIO (e.g. a device without checksum offload, an xfrm policy on the
+/// route): GSO is then switched off for the socket and the train re-sent
+/// datagram by datagram, so nothing is lost.
 class UdpSocket {
 public:
+	/// Most datagrams in one train (the kernel's UDP_MAX_SEGMENTS is 64 before Linux 6.6).
+	static constexpr size_t kMaxGsoSegments = 64;
+	/// Most bytes in one train: an IP datagram's payload must stay under 64 KiB.
+	static constexpr size_t kMaxGsoBytes = 65000;
 	/// Datagrams per recvmmsg()/sendmmsg() call; the kernel's own cap is UIO_MAXIOV (1024).
 	static constexpr size_t kMaxBatch = 64;
 	/// Socket buffer size asked for; the 208 KiB default overflowed on every peer.
@@ -89,11 +112,25 @@ public:
 	 */
 	BatchResult send_batch(std::span<const SendSlot> slots) noexcept;
 
+	/// set_gso() - send trains with UDP_SEGMENT (the default) or never
+	void set_gso(bool on) noexcept { gso_on_.store(on, std::memory_order_relaxed); }
+	/// gso_stats() - what GSO did so far
+	GsoStats gso_stats() const noexcept;
+
+	UdpSocket(UdpSocket&& o) noexcept;
+	UdpSocket& operator=(UdpSocket&&) = delete;
+
 private:
 	UdpSocket(UniqueFd fd, Family family) noexcept : fd_(std::move(fd)), family_(family) {}
+	/// One sendmmsg() of up to kMaxBatch datagrams from @slots, trains when @gso.
+	BatchResult send_round(std::span<const SendSlot> slots, bool gso) noexcept;
 
 	UniqueFd fd_;
 	Family family_;
+	// Written by the sending thread only, read by anyone (status).
+	std::atomic<bool> gso_on_{true};
+	std::atomic<int> gso_errno_{0};
+	std::atomic<uint64_t> gso_trains_{0}, gso_segments_{0};
 };
 
 /**

@@ -32,13 +32,19 @@ struct PhaseCounts {
 	std::string phase; ///< e.g. "one-in-flight", "bulk"
 	uint64_t to_tun = 0, from_tun = 0;
 	uint64_t tx_ring = 0, direct_writes = 0, rx_ring = 0, ring_full = 0;
-	uint64_t tun_reads = 0, tun_writes = 0, rx_kicks = 0, tx_kicks = 0, call_reads = 0;
+	uint64_t tun_reads = 0, tun_writes = 0, rx_kicks = 0, tx_kicks = 0;
 	uint64_t polls = 0, poll_waits = 0;
+	// Timed figures (row --ping-log / --bytes --elapsed-ms), 0 when not measured.
+	// Only meaningful where the VM is not emulated (accel != "tcg").
+	std::string accel;                     ///< how the VM ran: "tcg", "kvm"; "" = not timed
+	double rtt_p50_ms = 0, rtt_p99_ms = 0; ///< one-in-flight: ping round trips
+	double mbit_s = 0;                     ///< bulk: transfer payload bits / elapsed time
 
 	/// to_tun_syscalls() - write()s on the tun fd plus TX kicks
 	uint64_t to_tun_syscalls() const noexcept { return tun_writes + tx_kicks; }
-	/// from_tun_syscalls() - read()s on the tun fd, call eventfd reads, RX kicks
-	uint64_t from_tun_syscalls() const noexcept { return tun_reads + call_reads + rx_kicks; }
+	/// from_tun_syscalls() - read()s on the tun fd and RX kicks (the call
+	/// eventfd is never read: the data plane watches it edge-triggered)
+	uint64_t from_tun_syscalls() const noexcept { return tun_reads + rx_kicks; }
 	uint64_t kicks() const noexcept { return rx_kicks + tx_kicks; }
 	uint64_t packets() const noexcept { return to_tun + from_tun; }
 };
@@ -55,10 +61,31 @@ struct Goal {
 	std::string what; ///< e.g. "vhost dwm=4 bulk: kicks/packet <= 1/32"
 	bool met = false;
 	std::string measured;
+	/// false: shown for comparison, never fails --check (see goals_for())
+	bool binding = true;
 };
 
-/// goals_for() - the goals that apply to @row (none for direct mode)
+/**
+ * goals_for() - issue 3's goals for @row (none for direct mode)
+ *
+ * The goals are those of the design: vhost with the direct-write fallback
+ * (direct_write_max > 0, the default). Ring-only mode (dwm=0) is held to the
+ * system call goal; its kicks per packet are shown against 1/32 but are not
+ * binding: without direct writes every small batch that finds the ring idle
+ * (in bulk, the TCP ACKs of the reverse direction, 1-3 packets a batch) needs
+ * a kick or a delay, which is what direct writes exist to avoid.
+ */
 std::vector<Goal> goals_for(const PhaseCounts& row);
+
+/**
+ * ping_rtts_ms() - the round trips ping(8) printed ("... time=0.123 ms" lines)
+ * @text: ping's output
+ * Return: the times in ms, in the order printed (empty when there are none)
+ */
+std::vector<double> ping_rtts_ms(std::string_view text);
+
+/// percentile() - nearest-rank percentile @p (0..100) of @v; 0 when empty
+double percentile(std::vector<double> v, double p);
 
 /**
  * run_vhost_counts() - the vhost-counts command

@@ -7,13 +7,23 @@
 // Inbound: poll says the socket is readable -> one recvmmsg() of up to kBatch
 //   datagrams into the port's receive slots -> decapsulate() in place ->
 //   TunPort::write_batch() hands the inner packets to the tun.
+//
+// The wait is epoll rather than poll() for one reason: a port whose read_fd()
+// is an eventfd that only signals (the vhost RX ring's call eventfd) is
+// registered edge-triggered, so each signal wakes the loop once and the
+// counter never has to be read back: one system call per wake-up instead of
+// two. (The counter would need 2^64 signals to saturate; eventfd_signal()
+// wakes the waiters on every signal, saturated or not.) The socket and the
+// stop eventfd stay level-triggered.
 #include "apps/common/data_plane.hpp"
 
+#include "platform/error.hpp"
 #include "tunnel/esp.hpp"
 
 #include <cerrno>
 #include <ctime>
 #include <poll.h>
+#include <sys/epoll.h>
 
 namespace esptun {
 namespace {
@@ -35,29 +45,55 @@ bool wait_writable(int fd, int ms) noexcept {
 } // namespace
 
 DataPlane::DataPlane(const SaTable& table, TunPort& tun, platform::UdpSocket& udp, DataPathStats& stats)
-    : table_(table), tun_(tun), udp_(udp), stats_(stats) {}
+    : table_(table), tun_(tun), udp_(udp), stats_(stats) {
+	watch_sources();
+}
 
 DataPlane::DataPlane(const SaTable& table, int tun_fd, platform::UdpSocket& udp, DataPathStats& stats)
     : table_(table), owned_tun_(std::make_unique<DirectTunPort>(tun_fd)), tun_(*owned_tun_), udp_(udp),
-      stats_(stats) {}
+      stats_(stats) {
+	watch_sources();
+}
 
-void DataPlane::run(int stop_fd) noexcept {
-	pollfd fds[3] = {{tun_.read_fd(), POLLIN, 0}, {udp_.fd(), POLLIN, 0}, {stop_fd, POLLIN, 0}};
+void DataPlane::watch_sources() {
+	epoll_ = platform::UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+	if (!epoll_) throw platform::SystemError(errno, "epoll_create1");
+	if (int err = watch(tun_.read_fd(), tun_.read_fd_signals_only(), kTun))
+		throw platform::SystemError(err, "epoll_ctl(tun)");
+	if (int err = watch(udp_.fd(), false, kUdp)) throw platform::SystemError(err, "epoll_ctl(udp)");
+}
+
+int DataPlane::watch(int fd, bool edge, uint64_t source) noexcept {
+	epoll_event ev{};
+	ev.events = EPOLLIN | (edge ? uint32_t(EPOLLET) : 0u);
+	ev.data.u64 = source;
+	return epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) == 0 ? 0 : errno;
+}
+
+int DataPlane::run(int stop_fd) noexcept {
+	if (int err = watch(stop_fd, false, kStop)) return err;
 	TunIoStats& io = tun_.io_stats();
+	std::array<epoll_event, 3> evs{};
 	for (;;) {
 		// A vhost RX ring can hold work without its eventfd firing (a full
 		// batch left entries behind, or they came in while re-arming).
 		const bool sleep = tun_.can_sleep();
 		io.polls.add();
 		if (sleep) io.poll_waits.add();
-		if (poll(fds, 3, sleep ? -1 : 0) < 0) {
+		const int n = epoll_wait(epoll_.get(), evs.data(), int(evs.size()), sleep ? -1 : 0);
+		if (n < 0) {
 			if (errno == EINTR) continue;
-			return; // only EFAULT/ENOMEM: nothing sane left to do
+			return errno; // EBADF/EFAULT/EINVAL: a bug, nothing sane left to do
 		}
-		if (fds[2].revents) return;
-		if (fds[1].revents) inbound_batch();
-		if (fds[0].revents) tun_.on_read_wakeup();
-		if (fds[0].revents || !sleep) outbound_batch();
+		bool tun_ready = false, udp_ready = false;
+		for (int i = 0; i < n; i++) {
+			if (evs[size_t(i)].data.u64 == kStop) return 0;
+			if (evs[size_t(i)].data.u64 == kUdp) udp_ready = true;
+			if (evs[size_t(i)].data.u64 == kTun) tun_ready = true;
+		}
+		if (udp_ready) inbound_batch();
+		if (tun_ready) tun_.on_read_wakeup();
+		if (tun_ready || !sleep) outbound_batch();
 	}
 }
 

@@ -21,11 +21,12 @@ public:
 	static constexpr size_t kBatch = kTunBatch;
 
 	/**
-	 * DataPlane() - set up one worker over a tun port
+	 * DataPlane() - set up one worker over a tun port (and its epoll set)
 	 * @table: the SAs (outlives the data plane)
 	 * @tun:   the tun side (outlives the data plane)
 	 * @udp:   the underlay socket
 	 * @stats: counters this worker writes
+	 * Throws SystemError when the epoll set cannot be made.
 	 */
 	DataPlane(const SaTable& table, TunPort& tun, platform::UdpSocket& udp, DataPathStats& stats);
 
@@ -35,17 +36,25 @@ public:
 	/**
 	 * run() - forward packets until @stop_fd (an eventfd) becomes readable
 	 *
-	 * Sleeps in poll() when there is nothing to do. Never throws, never
+	 * Sleeps in epoll_wait() when there is nothing to do. Never throws, never
 	 * logs per packet; every drop is counted by reason.
+	 * Return: 0 once stopped; an errno when @stop_fd cannot be watched or
+	 * epoll_wait() fails (the packet loop cannot go on).
 	 */
-	void run(int stop_fd) noexcept;
+	[[nodiscard]] int run(int stop_fd) noexcept;
 
 	/// One pass over each direction: what run() does per wake-up. Public for tests.
 	void outbound_batch() noexcept;
 	void inbound_batch() noexcept;
 
 private:
+	enum Source : uint64_t { kTun, kUdp, kStop }; ///< epoll_event.data of each watched fd
+
 	void send_all(size_t n) noexcept;
+	/// Makes the epoll set with the tun and the socket in it. Throws SystemError.
+	void watch_sources();
+	/// Adds @fd to the epoll set, edge-triggered when @edge. Return: 0 or errno.
+	int watch(int fd, bool edge, uint64_t source) noexcept;
 
 	const SaTable& table_;
 	std::unique_ptr<TunPort> owned_tun_; ///< only with the tun_fd constructor
@@ -55,6 +64,7 @@ private:
 	std::array<TunPacket, kBatch> tun_packets_{};
 	std::array<platform::SendSlot, kBatch> send_slots_{};
 	std::array<TunWrite, kBatch> tun_writes_{};
+	platform::UniqueFd epoll_;
 };
 
 } // namespace esptun

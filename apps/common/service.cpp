@@ -210,7 +210,10 @@ void run_service(const conf::Config& config, const std::string& program) {
 		log::info("tun I/O: direct (" + info.tun_io_reason + ")");
 
 	// 3. Underlay socket before the tun, so a busy port fails early.
-	platform::UdpSocket udp = platform::UdpSocket::bind(tc.listen);
+	platform::UdpSocket udp = platform::UdpSocket::bind(tc.listen, int(tc.socket_buffer));
+	udp.set_gso(tc.udp_gso);
+	info.udp = &udp;
+	info.udp_buffers = udp.buffer_sizes();
 
 	// 4. MTU.
 	if (tc.mtu) {
@@ -263,9 +266,13 @@ void run_service(const conf::Config& config, const std::string& program) {
 	ControlServer control(io, tc.control_socket, [&] { return render_status(info, stats, table); });
 	DataPlane plane(table, tun_port, udp, stats);
 	std::jthread worker;
+	int worker_err = 0;
 	{
 		BlockSignalsForThreads blocked;
-		worker = std::jthread([&] { plane.run(stop.get()); });
+		worker = std::jthread([&] {
+			worker_err = plane.run(stop.get());
+			if (worker_err) io.stop(); // the gateway cannot forward: stop and say why
+		});
 	}
 	// However the control loop ends (signal or exception), the worker is
 	// told to stop before it is joined.
@@ -279,6 +286,7 @@ void run_service(const conf::Config& config, const std::string& program) {
 	io.run();
 	platform::eventfd_signal(stop.get());
 	worker.join();
+	if (worker_err) throw platform::SystemError(worker_err, "data path: epoll");
 	log::info("stopped; removing " + tun.name + " and its routes");
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "conf/config.hpp"
+#include "platform/udp_socket.hpp"
 #include "tunnel/counters.hpp"
 #include "tunnel/sa.hpp"
 
@@ -30,6 +31,8 @@ struct ServiceInfo {
 	unsigned direct_write_max = 0;            ///< as configured (used in vhost mode only)
 	const TunIoStats* tun_io_stats = nullptr; ///< the tun port's counters, once it exists
 	std::string crypto_impl;                  ///< as configured: auto, stitched or two-pass
+	const platform::UdpSocket* udp = nullptr; ///< the underlay socket, once it exists
+	platform::BufferSizes udp_buffers;        ///< its buffer sizes as the kernel set them
 	std::chrono::steady_clock::time_point started;
 };
 

@@ -4,6 +4,7 @@
 #include "apps/common/tun_port.hpp"
 
 #include <cstdio>
+#include <cstring>
 
 namespace esptun {
 namespace {
@@ -66,13 +67,26 @@ void write_tun_io(JsonWriter& j, const ServiceInfo& info) {
 	j.field("rx_kicks", t.rx_kicks.get()).field("tx_kicks", t.tx_kicks.get());
 	j.field("call_wakeups", t.call_wakeups.get()).field("ring_full", t.ring_full.get());
 	j.field("device_errors", t.device_errors.get());
-	// System calls the data path made on the tun side, and its poll() calls:
+	// System calls the data path made on the tun side, and its epoll_wait() calls:
 	// divided by packets, the cost the tun I/O mode is chosen for.
 	j.key("tun_syscalls").begin_object();
 	j.field("read", t.tun_reads.get()).field("write", t.tun_writes.get());
-	j.field("kick", t.rx_kicks.get() + t.tx_kicks.get()).field("call_read", t.call_reads.get());
+	j.field("kick", t.rx_kicks.get() + t.tx_kicks.get());
 	j.end_object();
 	j.field("polls", t.polls.get()).field("poll_waits", t.poll_waits.get());
+	j.end_object();
+}
+
+/// The underlay socket: buffer sizes and what UDP GSO did.
+void write_udp(JsonWriter& j, const ServiceInfo& info) {
+	j.key("udp").begin_object();
+	j.field("rcvbuf", int64_t(info.udp_buffers.rcv)).field("sndbuf", int64_t(info.udp_buffers.snd));
+	const platform::GsoStats g = info.udp ? info.udp->gso_stats() : platform::GsoStats{};
+	j.field("gso", g.enabled);
+	j.field("gso_off_reason", g.disabled_errno ? std::string(std::strerror(g.disabled_errno)) +
+	                                                 " from the kernel: switched off"
+	                                           : std::string(g.enabled ? "" : "udp_gso = false"));
+	j.field("gso_trains", g.trains).field("gso_segments", g.segments);
 	j.end_object();
 }
 
@@ -84,6 +98,7 @@ std::string render_status(const ServiceInfo& info, const DataPathStats& stats, c
 	j.field("program", info.program).field("interface", info.interface);
 	j.field("mtu", info.mtu).field("mtu_source", info.mtu_source).field("listen", info.listen);
 	write_tun_io(j, info);
+	write_udp(j, info);
 	j.key("crypto").begin_object();
 	j.field("impl", info.crypto_impl).field("stitched_supported", crypto::stitched_supported());
 	j.field("stitched_variant", crypto::stitched_variant()).end_object();

@@ -2,7 +2,7 @@
 // reads the same for both tun I/O modes: DirectTunPort (read()/write() on the
 // tun fd) here, VhostTunPort (vhost-net virtqueues) in vhost_tun_port.hpp.
 //
-// Outbound: poll(read_fd) -> read_batch() -> encapsulate in place -> send -> read_done().
+// Outbound: epoll(read_fd) -> read_batch() -> encapsulate in place -> send -> read_done().
 // Inbound:  recvmmsg into recv_slots() -> decapsulate in place -> write_batch().
 #pragma once
 
@@ -29,16 +29,16 @@ struct TunIoStats {
 	Counter direct_writes;   ///< vhost mode: inbound packets written to the tun fd instead
 	Counter rx_kicks;        ///< kick eventfd writes for the RX ring (more buffers posted)
 	Counter tx_kicks;        ///< kick eventfd writes for the TX ring
-	Counter call_wakeups;    ///< wake-ups by the RX ring's call eventfd
+	Counter call_wakeups;    ///< wake-ups by the RX ring's call eventfd (never read: edge-triggered)
 	Counter ring_full;       ///< inbound packets that found no free TX buffer and went direct
 	Counter device_errors;   ///< used entries the device got wrong (short, too long, bad id)
 	// Tun-side system calls of the data path, one per call made (an EINTR
 	// retry inside the platform wrapper is not counted). Kick eventfd writes
-	// are rx_kicks + tx_kicks: each is exactly one write().
+	// are rx_kicks + tx_kicks: each is exactly one write(). The call eventfd
+	// is never read (see read_fd_signals_only()).
 	Counter tun_reads;  ///< read() on the tun fd, including the one that returns EAGAIN
 	Counter tun_writes; ///< write() on the tun fd (direct mode, vhost direct writes)
-	Counter call_reads; ///< read() on the RX ring's call eventfd
-	Counter polls;      ///< poll() calls of the data plane's loop
+	Counter polls;      ///< epoll_wait() calls of the data plane's loop
 	Counter poll_waits; ///< those of them that could block (no work known to be waiting)
 };
 
@@ -60,11 +60,14 @@ class TunPort {
 public:
 	virtual ~TunPort() = default;
 
-	/// The fd poll() watches (POLLIN) for "the tun has packets for us".
+	/// The fd the loop watches (EPOLLIN) for "the tun has packets for us".
 	virtual int read_fd() const noexcept = 0;
-	/// Before poll(): may the loop block? false = read work is already waiting.
+	/// true: read_fd() is an eventfd that only signals and is never read;
+	/// the loop watches it edge-triggered (data_plane.cpp).
+	virtual bool read_fd_signals_only() const noexcept { return false; }
+	/// Before epoll_wait(): may the loop block? false = read work is already waiting.
 	virtual bool can_sleep() noexcept { return true; }
-	/// poll() found read_fd() readable (consume the notification).
+	/// The loop found read_fd() readable.
 	virtual void on_read_wakeup() noexcept {}
 	/// Up to out.size() packets; their buffers stay ours until read_done().
 	virtual size_t read_batch(std::span<TunPacket> out) noexcept = 0;
@@ -76,7 +79,7 @@ public:
 	/// Hand @pkts to the tun, in order. Return: how many could not be written.
 	virtual size_t write_batch(std::span<const TunWrite> pkts) noexcept = 0;
 
-	/// The counters this port writes; the data plane adds its poll() calls.
+	/// The counters this port writes; the data plane adds its epoll_wait() calls.
 	virtual TunIoStats& io_stats() noexcept = 0;
 };
 

@@ -1,6 +1,6 @@
 // The vhost tun port: see vhost_tun_port.hpp for the theory of operation.
 //
-// Outbound: RX call eventfd (or a full previous batch) -> harvest up to
+// Outbound: RX call eventfd edge (or a full previous batch) -> harvest up to
 //   kTunBatch used RX entries (len - 12 = packet at kHeadroom) -> the data
 //   plane encapsulates and sends -> read_done(): re-post, publish, kick only
 //   if needs_kick() says so.
@@ -111,8 +111,7 @@ bool VhostTunPort::can_sleep() noexcept {
 }
 
 void VhostTunPort::on_read_wakeup() noexcept {
-	(void)platform::eventfd_drain(p_.rx_call);
-	stats_.call_reads.add();
+	// No read() of the eventfd: the loop watches it edge-triggered.
 	stats_.call_wakeups.add();
 }
 

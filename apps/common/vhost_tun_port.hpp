@@ -66,6 +66,7 @@ public:
 	void start() noexcept;
 
 	int read_fd() const noexcept override { return p_.rx_call; }
+	bool read_fd_signals_only() const noexcept override { return true; }
 	bool can_sleep() noexcept override;
 	void on_read_wakeup() noexcept override;
 	size_t read_batch(std::span<TunPacket> out) noexcept override;

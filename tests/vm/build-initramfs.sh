@@ -108,7 +108,7 @@ done
 # --- 4. binaries and their shared libraries ------------------------------------
 BINS=("$IPROUTE")
 PROJECT_BINS=()
-for b in esptun-gateway esptun-client esptun-bench; do
+for b in esptun-gateway esptun-client esptun-bench tests/unit-platform; do
 	if [ -x "$BUILD/$b" ]; then
 		PROJECT_BINS+=("$BUILD/$b")
 	else

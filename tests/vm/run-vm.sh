@@ -12,7 +12,8 @@
 #   ESPTUN_VM_TIMEOUT  seconds before qemu is killed (default 300)
 #   ESPTUN_VM_APPEND   extra kernel command line, e.g. "esptun.xfer_kb=4096"
 #   ESPTUN_VM_MEM      guest MiB (default 384)
-#   ESPTUN_VM_ACCEL    tcg (default; KVM here cannot boot a stock kernel)
+#   ESPTUN_VM_ACCEL    tcg (default; KVM here cannot boot a stock kernel), or kvm
+#                      where it can; the guest sees it as esptun.accel=
 set -uo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -51,7 +52,7 @@ MEM=${ESPTUN_VM_MEM:-384}
 ACCEL=${ESPTUN_VM_ACCEL:-tcg}
 LOG=$BUILD/vm-logs/$SCENARIO-$(date +%Y%m%d-%H%M%S).log
 ln -sfn "$(basename "$LOG")" "$BUILD/vm-logs/$SCENARIO.log"
-CMDLINE="console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init esptun.scenario=$SCENARIO ${ESPTUN_VM_APPEND:-}"
+CMDLINE="console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init esptun.scenario=$SCENARIO esptun.accel=$ACCEL ${ESPTUN_VM_APPEND:-}"
 echo "run-vm: $SCENARIO on $KVER ($ACCEL, ${MEM} MiB, timeout ${TMO}s), log $LOG"
 
 START=$(date +%s%N)
