@@ -41,8 +41,8 @@ namespace {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
 constexpr std::string_view kTunnelKeys[] = {
-    "interface", "addresses",        "listen",      "mtu",     "tun_io",       "control_socket",
-    "route_all", "direct_write_max", "crypto_impl", "udp_gso", "socket_buffer"};
+    "interface", "addresses",        "listen",      "mtu",     "tun_io",        "control_socket",
+    "route_all", "direct_write_max", "crypto_impl", "udp_gso", "socket_buffer", "state_dir"};
 constexpr std::string_view kPeerKeys[] = {"name", "endpoint",      "allowed_ips", "cipher",
                                           "esn",  "replay_window", "out",         "in"};
 constexpr std::string_view kSaKeys[] = {"spi",          "key",      "key_file",     "enc_key",
@@ -365,6 +365,12 @@ void Loader::parse_tunnel(const toml::table& t) {
 			fail(v->line, "crypto_impl " + q(v->value) +
 			                  " is unknown; use \"auto\", \"stitched\" or \"two-pass\"");
 		tc.crypto_impl = *impl;
+	}
+
+	if (auto v = get_string(t, "state_dir", where)) {
+		if (v->value.empty() || v->value[0] != '/' || v->value.find('\0') != std::string::npos)
+			fail(v->line, "state_dir must be an absolute path, e.g. \"/var/lib/esptun\"");
+		tc.state_dir = v->value;
 	}
 
 	if (auto v = get_string(t, "control_socket", where)) {

@@ -69,7 +69,10 @@ struct TunnelConfig {
 	bool udp_gso = true;
 	uint32_t socket_buffer = kDefaultSocketBuffer; ///< bytes, each direction
 	std::string control_socket;                    ///< default /run/esptun/<interface>.sock
-	bool route_all = false;                        ///< client only: default route through the tunnel
+	/// Where outbound sequence numbers are kept across restarts
+	/// (<state_dir>/<interface>.seq, apps/common/seq_state.hpp)
+	std::string state_dir = "/var/lib/esptun";
+	bool route_all = false; ///< client only: default route through the tunnel
 };
 
 struct Config {

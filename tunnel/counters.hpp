@@ -39,6 +39,8 @@ enum class Drop : uint8_t {
 	no_route,        ///< no peer's allowed_ips covers the inner destination
 	no_endpoint,     ///< the peer has not been heard from and has no configured endpoint
 	seq_exhausted,   ///< 32-bit sequence space used up: a sender never wraps (RFC 4303 3.3.3)
+	seq_not_saved,   ///< the state file has not reserved this sequence number yet (disk too slow or
+	                 ///< failing)
 	too_big,         ///< inner packet larger than a buffer can encapsulate
 	tun_write_error, ///< write() to the tun device failed
 	udp_send_error,  ///< sending on the underlay socket failed
@@ -57,8 +59,9 @@ inline constexpr size_t kIgnoreKinds = static_cast<size_t>(Ignore::count_);
 
 constexpr std::string_view drop_name(Drop d) noexcept {
 	constexpr std::array<std::string_view, kDropReasons> names{
-	    "malformed", "unknown_spi", "auth_failed",   "replay",  "policy",          "padding",
-	    "no_route",  "no_endpoint", "seq_exhausted", "too_big", "tun_write_error", "udp_send_error"};
+	    "malformed", "unknown_spi",     "auth_failed",   "replay",        "policy",
+	    "padding",   "no_route",        "no_endpoint",   "seq_exhausted", "seq_not_saved",
+	    "too_big",   "tun_write_error", "udp_send_error"};
 	return names[static_cast<size_t>(d)];
 }
 

@@ -98,6 +98,8 @@ OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t 
 	uint64_t seq = sa.next_seq;
 	if (!sa.esn && seq > UINT32_MAX) return out_drop(Drop::seq_exhausted, peer);
 	if (seq == UINT64_MAX) return out_drop(Drop::seq_exhausted, peer);
+	// Never use a number a restart could hand out again (seq_state.hpp).
+	if (seq > sa.seq_limit.load(std::memory_order_acquire)) return out_drop(Drop::seq_not_saved, peer);
 	sa.next_seq = seq + 1;
 
 	// 3. Padding 1, 2, 3, ... up to the cipher's alignment, then pad length and

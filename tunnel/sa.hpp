@@ -43,9 +43,12 @@ struct OutboundSa {
 	uint32_t spi = 0;
 	bool esn = true;
 	std::unique_ptr<crypto::EspTransform> transform;
-	uint64_t next_seq = 1;             ///< data path only
+	uint64_t next_seq = 1;             ///< data path only (set before it starts)
 	std::atomic<uint64_t> last_seq{0}; ///< published copy for status
-	Counter packets, bytes;            ///< bytes: inner packet bytes
+	/// The highest sequence number the data path may use: what the state file
+	/// has reserved (apps/common/seq_state.hpp); no limit without one.
+	std::atomic<uint64_t> seq_limit{UINT64_MAX};
+	Counter packets, bytes; ///< bytes: inner packet bytes
 };
 
 struct InboundSa {

@@ -99,7 +99,10 @@ std::string gateway_config(const DemoSide& self, const DemoSide& peer, const cry
 	  << "listen = \"0.0.0.0:4500\"\n"
 	  << "mtu = 0\n"
 	  << "tun_io = \"auto\"\n"
-	  << "control_socket = \"" << self.control_path << "\"\n\n"
+	  << "control_socket = \"" << self.control_path
+	  << "\"\n"
+	  // Inside the run's temporary folder, removed with it.
+	  << "state_dir = \"" << self.control_path << ".state\"\n\n"
 	  << "[[peer]]\n"
 	  << "name = \"" << peer.name << "\"\n"
 	  << "endpoint = \"" << peer.underlay << ":4500\"\n"

@@ -10,6 +10,7 @@
 #include "apps/common/control.hpp"
 #include "apps/common/data_plane.hpp"
 #include "apps/common/log.hpp"
+#include "apps/common/seq_state.hpp"
 #include "apps/common/tun_port_choice.hpp"
 #include "apps/common/vhost_tun_port.hpp"
 #include "platform/net_config_guard.hpp"
@@ -22,8 +23,11 @@
 
 #include <asio/io_context.hpp>
 #include <asio/signal_set.hpp>
+#include <asio/steady_timer.hpp>
 #include <cerrno>
 #include <csignal>
+#include <filesystem>
+#include <functional>
 #include <optional>
 #include <pthread.h>
 #include <stdexcept>
@@ -141,6 +145,23 @@ void install_routes(const conf::Config& config, int ifindex, platform::NetConfig
 }
 
 /// One start-up line saying which implementation the CBC-HMAC suites use.
+/// The sequence state file in tc.state_dir (made 0700 if missing), resumed
+/// and reserved; logs where each resumed SA continues. Throws runtime_error.
+SeqState open_seq_state(const conf::TunnelConfig& tc, SaTable& table) {
+	std::error_code ec;
+	if (std::filesystem::create_directories(tc.state_dir, ec))
+		std::filesystem::permissions(tc.state_dir, std::filesystem::perms::owner_all, ec);
+	if (ec)
+		throw std::runtime_error("state_dir " + tc.state_dir + ": " + ec.message() +
+		                         " (set [tunnel] state_dir to a writable folder)");
+	SeqState st(tc.state_dir + "/" + tc.interface + ".seq", table);
+	for (const auto& peer : table.peers())
+		if (st.resumed_at(peer->name) > 1)
+			log::info("peer " + peer->name + ": outbound sequence numbers resume at " +
+			          std::to_string(st.resumed_at(peer->name)) + " (" + st.path() + ")");
+	return st;
+}
+
 void log_crypto_choice(const conf::Config& config, const SaTable& table) {
 	for (const auto& peer : table.peers()) {
 		if (peer->spec->aead) continue;
@@ -199,6 +220,8 @@ void run_service(const conf::Config& config, const std::string& program) {
 	SaTable table(peer_params(config));
 	info.crypto_impl = crypto::crypto_impl_name(tc.crypto_impl);
 	log_crypto_choice(config, table);
+	SeqState seq_state = open_seq_state(tc, table);
+	info.seq_state = &seq_state;
 
 	// 2. Tun I/O mode: open /dev/vhost-net now, so "vhost" fails before any
 	// interface exists and "auto" knows early that it will fall back.
@@ -280,12 +303,33 @@ void run_service(const conf::Config& config, const std::string& program) {
 		int fd;
 		~StopWorker() { platform::eventfd_signal(fd); }
 	} stop_worker{stop.get()};
+	// Keep the sequence reservations ahead of the data path (seq_state.hpp).
+	asio::steady_timer seq_timer(io);
+	bool seq_failing = false;
+	std::function<void()> arm_seq_timer = [&] {
+		seq_timer.expires_after(std::chrono::milliseconds(100));
+		seq_timer.async_wait([&](asio::error_code ec) {
+			if (ec) return;
+			const bool ok = seq_state.refresh();
+			if (!ok && !seq_failing)
+				log::error("cannot save sequence numbers: " + seq_state.error() +
+				           "; sending stops when the current reservation runs out");
+			else if (ok && seq_failing)
+				log::info("sequence numbers saved again: " + seq_state.path());
+			seq_failing = !ok;
+			arm_seq_timer();
+		});
+	};
+	arm_seq_timer();
 	log::info(tun.name + " up: mtu " + std::to_string(info.mtu) + " (" + info.mtu_source +
 	          "), listening on " + info.listen + ", " + std::to_string(config.peers.size()) +
 	          " peer(s), control socket " + tc.control_socket);
 	io.run();
 	platform::eventfd_signal(stop.get());
 	worker.join();
+	if (!seq_state.save_exact())
+		log::error("cannot save the last sequence numbers: " + seq_state.error() +
+		           " (the next start skips ahead instead)");
 	if (worker_err) throw platform::SystemError(worker_err, "data path: epoll");
 	log::info("stopped; removing " + tun.name + " and its routes");
 }

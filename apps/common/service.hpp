@@ -28,11 +28,12 @@ struct ServiceInfo {
 	std::string listen;
 	std::string tun_io_mode;
 	std::string tun_io_reason;
-	unsigned direct_write_max = 0;            ///< as configured (used in vhost mode only)
-	const TunIoStats* tun_io_stats = nullptr; ///< the tun port's counters, once it exists
-	std::string crypto_impl;                  ///< as configured: auto, stitched or two-pass
-	const platform::UdpSocket* udp = nullptr; ///< the underlay socket, once it exists
-	platform::BufferSizes udp_buffers;        ///< its buffer sizes as the kernel set them
+	unsigned direct_write_max = 0;             ///< as configured (used in vhost mode only)
+	const TunIoStats* tun_io_stats = nullptr;  ///< the tun port's counters, once it exists
+	std::string crypto_impl;                   ///< as configured: auto, stitched or two-pass
+	const platform::UdpSocket* udp = nullptr;  ///< the underlay socket, once it exists
+	platform::BufferSizes udp_buffers;         ///< its buffer sizes as the kernel set them
+	const class SeqState* seq_state = nullptr; ///< the sequence number state file
 	std::chrono::steady_clock::time_point started;
 };
 

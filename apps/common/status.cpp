@@ -1,5 +1,6 @@
 // The status JSON that `status -c FILE` prints (served by control.cpp).
 #include "apps/common/json.hpp"
+#include "apps/common/seq_state.hpp"
 #include "apps/common/service.hpp"
 #include "apps/common/tun_port.hpp"
 
@@ -99,6 +100,12 @@ std::string render_status(const ServiceInfo& info, const DataPathStats& stats, c
 	j.field("mtu", info.mtu).field("mtu_source", info.mtu_source).field("listen", info.listen);
 	write_tun_io(j, info);
 	write_udp(j, info);
+	if (info.seq_state)
+		j.key("seq_state")
+		    .begin_object()
+		    .field("file", info.seq_state->path())
+		    .field("error", info.seq_state->error())
+		    .end_object();
 	j.key("crypto").begin_object();
 	j.field("impl", info.crypto_impl).field("stitched_supported", crypto::stitched_supported());
 	j.field("stitched_variant", crypto::stitched_variant()).end_object();

@@ -59,11 +59,17 @@ class Endpoint:
     tun_io: str = "direct"
     crypto_impl: str = "auto"  # auto | stitched | two-pass (CBC-HMAC suites)
     peers: list = field(default_factory=list)
+    # None: a folder next to the config file (the test's temporary folder),
+    # never the system's /var/lib/esptun.
+    state_dir: str = None
 
     def render(self):
         return render(self)
 
     def write(self, path):
+        if self.state_dir is None:
+            self.state_dir = os.path.join(os.path.dirname(os.path.abspath(path)),
+                                          f"state-{self.interface}")
         with open(path, "w") as f:
             f.write(self.render())
         os.chmod(path, 0o600)
@@ -90,6 +96,8 @@ def render(ep):
         f'crypto_impl = "{ep.crypto_impl}"',
         f'control_socket = "{ep.control_socket}"',
     ]
+    if ep.state_dir:
+        lines.append(f'state_dir = "{ep.state_dir}"')
     for p in ep.peers:
         aead = SUITES[p.cipher]["aead"]
         lines += ["", "[[peer]]", f'name = "{p.name}"']

@@ -99,6 +99,8 @@ def diff(before, after):
 def write_client_config(cfg, path, route_all=True):
     """write_client_config() - cfg rendered with route_all in [tunnel] (the shared
     renderer has no such key); returns (path, line number of route_all)."""
+    if cfg.state_dir is None:
+        cfg.state_dir = os.path.join(os.path.dirname(os.path.abspath(path)), "state-client")
     lines = cfg.render().splitlines()
     at = lines.index("") if "" in lines else len(lines)  # end of the [tunnel] table
     lines.insert(at, f"route_all = {'true' if route_all else 'false'}")

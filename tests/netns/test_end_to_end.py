@@ -47,6 +47,10 @@ XFER_TIMEOUT = 180
 CASES = [
     dict(cipher="aes128-gcm", esn=True, transfer="a->b", learned=True, rebind=True, client=True),
     dict(cipher="aes128-cbc-hmac-sha1", esn=True, transfer="b->a"),
+    # restart: A's gateway is killed (SIGKILL: no chance to save anything) and
+    # started again mid-transfer; B keeps running. Without ESN, so the skip
+    # ahead is taken from the 32-bit space a sender must never wrap.
+    dict(cipher="aes256-cbc-hmac-sha256", esn=False, transfer="a->b", restart=True),
     dict(cipher="aes256-gcm", esn=False, second_instance=True),
     dict(cipher="aes256-cbc-hmac-sha1", esn=False, learned=True),
     dict(cipher="aes128-cbc-hmac-sha256", esn=True, underlay=6, learned=True),
@@ -147,14 +151,15 @@ def check_configs(rep, ctx, tag, site, prog):
 
 
 def transfer(rep, ctx, tag, src, dst, dst_addr, rebind=None):
-    """100 MB over TCP src -> dst through the tunnel; returns both results."""
+    """100 MB over TCP src -> dst through the tunnel; returns both results.
+    rebind: called once after 24 MiB (a NAT rebinding or a restart)."""
     state = {"rebound": False}
 
     def progress(nbytes):
         if rebind and not state["rebound"] and nbytes >= 24 << 20:
             rebind()
             state["rebound"] = True
-            rep.info(f"rebound A's underlay address after {nbytes >> 20} MiB")
+            rep.info(f"mid-transfer event after {nbytes >> 20} MiB")
 
     sent, got, secs = transfer_lib.run(src.ns, dst.ns, dst_addr, 5201, XFER_BYTES, XFER_TIMEOUT,
                                        progress)
@@ -167,6 +172,47 @@ def transfer(rep, ctx, tag, src, dst, dst_addr, rebind=None):
     if rebind:
         rep.check(state["rebound"], f"[{tag}] the rebinding happened during the transfer")
     return sent, got
+
+
+SEQ_MARGIN = 1 << 22  # SeqState::kMargin (apps/common/seq_state.hpp)
+
+
+def restart_a(rep, A):
+    """Crash A's gateway and start it again with the same config (and state file)."""
+    def go():
+        before = esptun_proc.peer(A.ep.status(), "site-b")["sa_out"]["last_seq"]
+        A.ep.stop(sig=signal.SIGKILL)
+        A.ep.start()
+        after = esptun_proc.peer(A.ep.status(), "site-b")["sa_out"]
+        A.restart = (before, after["last_seq"])
+        rep.info(f"killed and restarted A's gateway: last sequence number {before} before, "
+                 f"resumed after {after['last_seq']}")
+    return go
+
+
+def check_restart(rep, tag, A, B):
+    """After a crash and restart of A mid-transfer (the transfer itself passed)."""
+    before, resumed = A.restart
+    rep.check(before < resumed <= before + SEQ_MARGIN and resumed >= SEQ_MARGIN,
+              f"[{tag}] A resumed above every number its first run could have used "
+              f"({before} used, resumed after {resumed}; reservation margin {SEQ_MARGIN})",
+              f"{A.restart}")
+    st_a, st_b = A.ep.status(), B.ep.status()
+    pa, pb = esptun_proc.peer(st_a, "site-b"), esptun_proc.peer(st_b, "site-a")
+    rep.check(pb["sa_in"]["highest_seq"] == pa["sa_out"]["last_seq"] > resumed,
+              f"[{tag}] B accepted the restarted A: highest_seq {pb['sa_in']['highest_seq']} == "
+              f"A's last_seq", json.dumps([pa["sa_out"], pb["sa_in"]]))
+    bad = {k: v for k, v in st_b["drops"].items() if v}
+    rep.check(not bad, f"[{tag}] B: no drops (no replay, no auth failure) across A's restart",
+              json.dumps(st_b["drops"]))
+    seq_file = st_a["seq_state"]["file"]
+    with open(seq_file) as f:
+        text = f.read()
+    line = next((ln for ln in text.splitlines() if ln.startswith("site-b ")), "")
+    reserved = int(line.split()[2]) if line else -1
+    rep.check(reserved >= pa["sa_out"]["last_seq"] and not st_a["seq_state"]["error"],
+              f"[{tag}] A's state file reserves ahead of its last number ({reserved} >= "
+              f"{pa['sa_out']['last_seq']})", text)
 
 
 def rebind_a(a):
@@ -274,8 +320,10 @@ def run_case(rep, ctx, idx, case):
 
         if case.get("transfer") == "a->b":
             changes0 = pb["endpoint_changes"]
-            transfer(rep, ctx, tag, A, B, "10.99.0.2",
-                     rebind=rebind_a(A.ns) if case.get("rebind") else None)
+            event = rebind_a(A.ns) if case.get("rebind") else None
+            if case.get("restart"):
+                event = restart_a(rep, A)
+            transfer(rep, ctx, tag, A, B, "10.99.0.2", rebind=event)
             if case.get("rebind"):
                 pb = esptun_proc.peer(B.ep.status(), "site-a")
                 rep.check(pb["endpoint"] == "10.201.0.3:4500" and pb["endpoint_changes"] > changes0
@@ -288,7 +336,10 @@ def run_case(rep, ctx, idx, case):
             transfer(rep, ctx, tag, B, A, "fd99::1")
 
         time.sleep(0.2)  # let the last ACKs land before comparing both sides
-        check_counters(rep, tag, A, B, case, A.ep.status(), B.ep.status())
+        if case.get("restart"):
+            check_restart(rep, tag, A, B)  # A's counters restarted from zero
+        else:
+            check_counters(rep, tag, A, B, case, A.ep.status(), B.ep.status())
         check_configs(rep, ctx, tag, B, "esptun-gateway")
     finally:
         for s, sig in ((A, signal.SIGINT if idx % 2 else signal.SIGTERM), (B, signal.SIGTERM)):
@@ -317,7 +368,8 @@ def body(rep, build):
         rep.section(f"case {idx + 1}/{len(CASES)}: {case['cipher']} ESN "
                     f"{'on' if case['esn'] else 'off'}"
                     + (f", {case['transfer']} 100 MB" if case.get("transfer") else "")
-                    + (", NAT rebinding" if case.get("rebind") else ""))
+                    + (", NAT rebinding" if case.get("rebind") else "")
+                    + (", A killed and restarted" if case.get("restart") else ""))
         try:
             run_case(rep, ctx, idx, case)
         except TestError as e:

@@ -1,0 +1,148 @@
+// SeqState: outbound sequence numbers reserved in a file, resumed on restart.
+#include "apps/common/seq_state.hpp"
+#include "runtime_test_util.hpp"
+
+#include <cstdlib>
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/stat.h>
+
+using namespace esptun;
+
+namespace {
+
+struct TempDir {
+	TempDir() {
+		std::string tmpl = (std::filesystem::temp_directory_path() / "esptun-seq-XXXXXX").string();
+		REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+		path = tmpl;
+	}
+	~TempDir() {
+		std::error_code ec;
+		std::filesystem::remove_all(path, ec);
+	}
+	std::string path;
+};
+
+std::vector<PeerParams> two_peers() {
+	const std::vector<uint8_t> k(20, 7);
+	auto a =
+	    test::gcm_peer("site-b", *parse_endpoint("10.0.0.2:4500"), "10.99.0.2/32", 0x1001, 0x2001, k, k);
+	auto b =
+	    test::gcm_peer("site-c", *parse_endpoint("10.0.0.3:4500"), "10.99.0.3/32", 0x1002, 0x2002, k, k);
+	b.esn = false;
+	return {a, b};
+}
+
+std::string read_file(const std::string& path) {
+	std::ifstream in(path);
+	std::stringstream ss;
+	ss << in.rdbuf();
+	return ss.str();
+}
+
+Peer& peer(SaTable& t, size_t i) { return *t.peers()[i]; }
+
+} // namespace
+
+TEST_CASE("a fresh state starts at 1, reserves kMargin ahead, and writes the file 0600") {
+	TempDir dir;
+	SaTable table(two_peers());
+	SeqState st(dir.path + "/esp0.seq", table);
+	CHECK(st.resumed_at("site-b") == 1);
+	CHECK(peer(table, 0).out.next_seq == 1);
+	CHECK(peer(table, 0).out.seq_limit.load() == SeqState::kMargin);
+	const auto entries = parse_seq_state(read_file(st.path()));
+	CHECK(entries.at({"site-b", 0x1001}) == SeqState::kMargin);
+	CHECK(entries.at({"site-c", 0x1002}) == SeqState::kMargin);
+	struct stat sb {};
+	REQUIRE(stat(st.path().c_str(), &sb) == 0);
+	CHECK((sb.st_mode & 0777) == 0600);
+}
+
+TEST_CASE("refresh extends a half-used reservation; a restart resumes above it") {
+	TempDir dir;
+	const std::string path = dir.path + "/esp0.seq";
+	{
+		SaTable table(two_peers());
+		SeqState st(path, table);
+		// The data path used numbers up to just under half the reservation: nothing to do.
+		peer(table, 0).out.last_seq.store(SeqState::kMargin / 2 - 1);
+		CHECK(st.refresh());
+		CHECK(peer(table, 0).out.seq_limit.load() == SeqState::kMargin);
+		// One more: less than half is left, the reservation moves kMargin ahead of it.
+		peer(table, 0).out.last_seq.store(SeqState::kMargin / 2 + 1);
+		CHECK(st.refresh());
+		CHECK(peer(table, 0).out.seq_limit.load() == SeqState::kMargin / 2 + 1 + SeqState::kMargin);
+		CHECK(peer(table, 1).out.seq_limit.load() == SeqState::kMargin); // untouched
+		// A crash here: nothing else is written.
+	}
+	SaTable table(two_peers());
+	SeqState st(path, table);
+	CHECK(st.resumed_at("site-b") == SeqState::kMargin / 2 + 2 + SeqState::kMargin);
+	CHECK(peer(table, 0).out.next_seq == SeqState::kMargin / 2 + 2 + SeqState::kMargin);
+	CHECK(st.resumed_at("site-c") == SeqState::kMargin + 1);
+}
+
+TEST_CASE("save_exact after a clean stop: the restart skips nothing") {
+	TempDir dir;
+	const std::string path = dir.path + "/esp0.seq";
+	{
+		SaTable table(two_peers());
+		SeqState st(path, table);
+		peer(table, 0).out.last_seq.store(1234);
+		peer(table, 1).out.last_seq.store(99);
+		CHECK(st.save_exact());
+	}
+	SaTable table(two_peers());
+	SeqState st(path, table);
+	CHECK(peer(table, 0).out.next_seq == 1235);
+	CHECK(peer(table, 1).out.next_seq == 100);
+	CHECK(peer(table, 0).out.seq_limit.load() == 1234 + SeqState::kMargin);
+}
+
+TEST_CASE("a 32-bit SA's reservation never passes 2^32 - 1") {
+	TempDir dir;
+	const std::string path = dir.path + "/esp0.seq";
+	{
+		std::ofstream f(path);
+		f << "site-c 0x00001002 " << (uint64_t(UINT32_MAX) - 10) << "\n";
+	}
+	SaTable table(two_peers());
+	SeqState st(path, table);
+	CHECK(peer(table, 1).out.next_seq == uint64_t(UINT32_MAX) - 9);
+	CHECK(peer(table, 1).out.seq_limit.load() == UINT32_MAX);
+}
+
+TEST_CASE("an SA whose SPI changed starts fresh; malformed files are refused with the line") {
+	TempDir dir;
+	const std::string path = dir.path + "/esp0.seq";
+	{
+		std::ofstream f(path);
+		f << "# comment\nsite-b 0x00009999 500\n";
+	}
+	{
+		SaTable table(two_peers());
+		SeqState st(path, table);
+		CHECK(peer(table, 0).out.next_seq == 1);
+		CHECK(read_file(path).find("0x00009999") == std::string::npos); // dropped
+	}
+	for (const char* bad : {"site-b 0x1001\n", "site-b zz 5\n", "site-b 0x1001 -5\n",
+	                        "site-b 0x1001 5 6\n", "site-b 0x0 5\n"}) {
+		{
+			std::ofstream f(path);
+			f << "# ok\n" << bad;
+		}
+		SaTable table(two_peers());
+		CHECK_THROWS_WITH_AS(SeqState(path, table), doctest::Contains("line 2"), std::runtime_error);
+	}
+}
+
+TEST_CASE("an unwritable state folder is an error naming the file") {
+	SaTable table(two_peers());
+	CHECK_THROWS_WITH_AS(SeqState("/proc/esptun-no-such-dir/esp0.seq", table),
+	                     doctest::Contains("/proc/esptun-no-such-dir/esp0.seq"), std::runtime_error);
+}
