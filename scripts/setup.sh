@@ -11,6 +11,12 @@ build_pkgs=(g++ cmake make pkg-config libssl-dev liburing-dev libasio-dev libtom
 # scapy interop peer, clang + its runtimes for the fuzz build and
 # clang-format, and pgrep/sysctl (procps).
 test_pkgs=(iproute2 iperf3 iputils-ping python3-scapy clang clang-format libclang-rt-14-dev procps git)
+# `esptun-bench compare` peers: userspace WireGuard (wireguard-go, configured
+# with wg), OpenVPN 2.6, and strongSwan's charon with kernel-libipsec (the
+# standard plugins bring the gcm and openssl crypto libipsec's AES-GCM needs).
+# The tool runs them only inside namespaces it creates.
+peer_pkgs=(wireguard-go wireguard-tools openvpn strongswan-charon strongswan-swanctl libcharon-extra-plugins
+	libstrongswan-extra-plugins libstrongswan-standard-plugins)
 # VM tests: a stock Debian kernel (vhost_net.ko, esp4.ko) booted under qemu
 # with a busybox initramfs.
 vm_pkgs=(qemu-system-x86 linux-image-amd64 busybox-static cpio kmod)
@@ -21,7 +27,7 @@ is_installed() {
 }
 
 missing=()
-for pkg in "${build_pkgs[@]}" "${test_pkgs[@]}" "${vm_pkgs[@]}"; do
+for pkg in "${build_pkgs[@]}" "${test_pkgs[@]}" "${peer_pkgs[@]}" "${vm_pkgs[@]}"; do
 	is_installed "$pkg" || missing+=("$pkg")
 done
 

@@ -1,5 +1,6 @@
 // esptun-bench: measurements and demonstrations around esptun-gateway.
 // main() only dispatches to a subcommand; each lives in its own file.
+#include "apps/bench/compare.hpp"
 #include "apps/bench/crypto_bench.hpp"
 #include "apps/bench/demo.hpp"
 #include "apps/bench/vhost_counts.hpp"
@@ -18,9 +19,10 @@ void usage(std::FILE* to) {
 	             "%s"
 	             "%s"
 	             "%s"
+	             "%s"
 	             "  help                  this text\n",
 	             esptun::bench::kDemoUsage, esptun::bench::kVhostCountsUsage,
-	             esptun::bench::kCryptoBenchUsage);
+	             esptun::bench::kCryptoBenchUsage, esptun::bench::kCompareUsage);
 }
 
 } // namespace
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
 	args.erase(args.begin());
 	if (cmd == "demo") return esptun::bench::run_demo(args);
 	if (cmd == "crypto") return esptun::bench::run_crypto_bench(args);
+	if (cmd == "compare") return esptun::bench::run_compare(args);
 	if (cmd == "vhost-counts") return esptun::bench::run_vhost_counts(args);
 	if (cmd == "help" || cmd == "-h" || cmd == "--help") {
 		usage(stdout);

@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+# test_compare.py - `esptun-bench compare --quick` with every subject: each
+# peer must be installed and carry traffic, the JSON, CSV and SVG it writes
+# must agree, and nothing it created may be left behind.
+#
+#   netns esptun-cmp-PID-a                       netns esptun-cmp-PID-b
+#  +---------------------------------+          +---------------------------------+
+#  | veth cuPIDa 10.203.0.1 ---------- veth ---- cuPIDb 10.203.0.2             |
+#  | esptun  10.99.1.1  (udp 4501)   |          | esptun  10.99.1.2               |
+#  | wg-go   10.99.3.1  (udp 51820)  |          | wg-go   10.99.3.2               |
+#  | ovpn    10.99.4.1 / 10.99.5.1   |          | ovpn    10.99.4.2 / 10.99.5.2   |
+#  | charon  10.99.6.1  (udp 500/4500)|         | charon  10.99.6.2               |
+#  +---------------------------------+          +---------------------------------+
+#
+# The tool builds all of this itself; the test only runs it and inspects
+# what it wrote and what it left. A peer that is not installed is a failure,
+# not a skip. esptun-vhost may be skipped only when /dev/vhost-net cannot be
+# opened on this machine.
+"""esptun-bench compare --quick: every subject measured, outputs consistent, no leftovers."""
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib")
+sys.path.insert(0, LIB)
+
+import netns  # noqa: E402
+import report  # noqa: E402
+from netns import TestError  # noqa: E402
+
+SUBJECTS = ["veth", "esptun-direct", "esptun-vhost", "wireguard-go", "openvpn-gcm", "openvpn-cbc",
+            "strongswan"]
+TIMEOUT = 240
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def vhost_usable():
+    """vhost_usable() - can this machine open /dev/vhost-net (as the tool checks)?"""
+    try:
+        os.close(os.open("/dev/vhost-net", os.O_RDWR))
+        return True
+    except OSError:
+        return False
+
+
+def live_pids(names):
+    """live_pids() - pids of non-zombie processes whose command name is in names."""
+    pids = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        state = stat[stat.rindex(")") + 2:].split()[0]
+        if comm in names and state != "Z":
+            pids.add(int(d))
+    return pids
+
+
+PEER_PROCS = ("charon", "openvpn", "wireguard-go", "iperf3")
+
+
+def gateway_pids(run_id):
+    """gateway_pids() - esptun-gateway processes started by run run_id (its
+    configs live in /tmp/esptun-cmp-RUNID-*)."""
+    out = netns.run(["pgrep", "-f", f"esptun-gateway run -c /tmp/esptun-cmp-{run_id}-"],
+                    check=False).stdout
+    return out.split()
+
+
+def check_nothing_left(rep, tag, run_id, before):
+    """check_nothing_left() - no namespace, root link, wireguard socket, temp folder or
+    process of run run_id remains."""
+    after = root_state()
+    rep.check(not any(n.startswith(f"esptun-cmp-{run_id}-") for n in after[0]),
+              f"[{tag}] no esptun-cmp-{run_id} namespace left", f"{sorted(after[0])}")
+    rep.check(not any(run_id in link for link in after[1] - before[1]),
+              f"[{tag}] no interface of this run left in the root namespace",
+              f"{sorted(after[1] - before[1])}")
+    rep.check(not any(run_id in s for s in after[2]), f"[{tag}] no wireguard-go UAPI socket left",
+              f"{sorted(after[2])}")
+    rep.check(not any(d.startswith(f"esptun-cmp-{run_id}-") for d in after[3]),
+              f"[{tag}] no temp folder left", f"{sorted(after[3])}")
+    new = live_pids(PEER_PROCS) - before[4]
+    rep.check(not new, f"[{tag}] no charon, openvpn, wireguard-go or iperf3 process left",
+              f"pids {sorted(new)}")
+    left = gateway_pids(run_id)
+    rep.check(not left, f"[{tag}] no esptun-gateway of this run left", f"pids {left}")
+
+
+def root_state():
+    """root_state() - namespaces, root-namespace links and wireguard sockets, for the
+    before/after comparison."""
+    nss = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+    links = set(netns.run(["ip", "-o", "link", "show"]).stdout.split("\n"))
+    links = {line.split(":")[1].strip().split("@")[0] for line in links if ":" in line}
+    socks = set(os.listdir("/var/run/wireguard")) if os.path.isdir("/var/run/wireguard") else set()
+    tmps = {d for d in os.listdir("/tmp") if d.startswith("esptun-cmp-")}
+    return nss, links, socks, tmps, live_pids(PEER_PROCS)
+
+
+def body(rep, build):
+    bench = os.path.join(build, "esptun-bench")
+    if not os.access(bench, os.X_OK):
+        raise TestError(f"esptun-bench not found in {build}: build it first")
+    tmp = netns.make_tempdir("compare")
+    before = root_state()
+
+    rep.section("esptun-bench compare --quick (all peers)")
+    cmd = [bench, "compare", "--quick", "--out-dir", tmp]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise TestError(f"esptun-bench compare did not finish within {TIMEOUT} s")
+    print(p.stdout, flush=True)
+    if p.stderr.strip():
+        print("stderr:\n" + p.stderr, flush=True)
+    rep.check(p.returncode == 0, "esptun-bench compare --quick exits 0",
+              f"exit {p.returncode}")
+    m = re.search(r"esptun-cmp-(\d+)-a", p.stdout)
+    rep.require(m, "the tool names its namespaces esptun-cmp-PID-{a,b}")
+    run_id = m.group(1)
+
+    rep.section("JSON")
+    with open(os.path.join(tmp, "compare.json")) as f:
+        doc = json.load(f)
+    rep.check(True, "compare.json parses")
+    subjects = {s["name"]: s for s in doc["subjects"]}
+    rep.equal(sorted(subjects), sorted(SUBJECTS), "compare.json lists every subject")
+    for name in SUBJECTS:
+        s = subjects.get(name)
+        if s is None:
+            continue
+        if name == "esptun-vhost" and not vhost_usable():
+            rep.check(s["status"] == "skipped" and "/dev/vhost-net" in s["reason"],
+                      f"{name}: skipped because /dev/vhost-net cannot be opened here",
+                      f"status {s['status']!r}, reason {s['reason']!r}")
+            continue
+        if not rep.check(s["status"] == "ok", f"{name}: status ok (installed and started)",
+                         f"status {s['status']!r}: {s['reason']}"):
+            continue
+        rep.check((s["tcp1_gbps"] or 0) > 0, f"{name}: TCP-1 {s['tcp1_gbps']} Gbit/s > 0")
+        rep.check((s["tcp4_gbps"] or 0) > 0, f"{name}: TCP-4 {s['tcp4_gbps']} Gbit/s > 0")
+        rep.check(s["ping_p50_ms"] is not None and s["ping_p50_ms"] > 0,
+                  f"{name}: ping p50 {s['ping_p50_ms']} ms")
+        rep.check(s["udp_rr_p50_ms"] is not None and s["udp_rr_p50_ms"] > 0,
+                  f"{name}: UDP request/response p50 {s['udp_rr_p50_ms']} ms")
+        rep.check(s["udp1400_gbps"] is not None, f"{name}: UDP-1400 {s['udp1400_gbps']} Gbit/s")
+        if name == "veth":
+            rep.check(s["cpu_s_per_gb"] is None, "veth: no CPU/GB figure (no tunnel)")
+        else:
+            rep.check((s["cpu_s_per_gb"] or 0) > 0, f"{name}: CPU {s['cpu_s_per_gb']} s/GB > 0")
+        rep.check(not s["errors"], f"{name}: no test failed", "; ".join(s["errors"]))
+    peers = {q["peer"] for q in doc["ratios"]["peers"]}
+    rep.check({"wireguard-go", "openvpn-gcm", "openvpn-cbc", "strongswan"} <= peers,
+              "ratios of esptun-direct to every other tunnel", f"got {sorted(peers)}")
+
+    rep.section("CSV")
+    with open(os.path.join(tmp, "compare.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    rep.equal(len(rows), len(doc["subjects"]), "compare.csv has one row per JSON subject")
+    rep.equal([r["subject"] for r in rows], [s["name"] for s in doc["subjects"]],
+              "CSV rows in the JSON's order")
+
+    rep.section("SVG")
+    tree = ET.parse(os.path.join(tmp, "compare.svg"))
+    rep.check(tree.getroot().tag == SVG_NS + "svg", "compare.svg is well-formed XML with an <svg> root")
+    groups = [g for g in tree.iter(SVG_NS + "g") if g.get("class") == "subject"]
+    rep.equal([g.get("data-subject") for g in groups], [s["name"] for s in doc["subjects"]],
+              "one bar group per subject")
+    for g in groups:
+        if subjects[g.get("data-subject")]["status"] == "ok":
+            bars = {r.get("class") for r in g.iter(SVG_NS + "rect")}
+            rep.check({"tcp1", "tcp4", "p50", "p99"} <= bars,
+                      f"{g.get('data-subject')}: TCP-1/TCP-4 and ping p50/p99 bars", f"got {bars}")
+
+    rep.section("nothing left behind")
+    check_nothing_left(rep, "finished run", run_id, before)
+
+    rep.section("SIGTERM in the middle of the measurements")
+    before = root_state()
+    proc = subprocess.Popen([bench, "compare", "--quick", "--peers", "esptun,wireguard-go,strongswan",
+                             "--out-dir", os.path.join(tmp, "term")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        while True:
+            line = netns.read_line(proc.stdout, 60)
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("measuring"):
+                proc.terminate()
+                break
+        rest, _ = proc.communicate(timeout=60)
+        lines.append(rest)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise TestError("esptun-bench compare did not stop within 60 s of SIGTERM")
+    text = "".join(lines)
+    print(text, flush=True)
+    m = re.search(r"esptun-cmp-(\d+)-a", text)
+    rep.require(m, "the interrupted run started")
+    rep.equal(proc.returncode, 130, "SIGTERM: exit status")
+    check_nothing_left(rep, "SIGTERM", m.group(1), before)
+
+
+if __name__ == "__main__":
+    report.main("compare", body, tools=("ip", "iperf3", "ping", "pgrep"))
