@@ -64,7 +64,7 @@ public:
 
 private:
 	struct State;
-	void seal_in_place(std::span<uint8_t> esp, uint64_t seq) noexcept;
+	void seal_in_place(uint8_t* esp, const detail::EspLayout& l, uint64_t seq) noexcept;
 
 	const CipherSpec& spec_;
 	bool esn_;
