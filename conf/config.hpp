@@ -67,6 +67,9 @@ struct TunnelConfig {
 	/// Send same-sized datagrams to one peer as UDP GSO trains (switched off
 	/// at run time when the kernel cannot; see platform/udp_socket.hpp)
 	bool udp_gso = true;
+	/// direct tun I/O: IFF_VNET_HDR + TUNSETOFFLOAD, so the kernel hands over
+	/// and takes TCP/UDP super-packets (apps/common/offload_tun_port.hpp)
+	bool tun_offload = true;
 	uint32_t socket_buffer = kDefaultSocketBuffer; ///< bytes, each direction
 	std::string control_socket;                    ///< default /run/esptun/<interface>.sock
 	/// Where outbound sequence numbers are kept across restarts

@@ -342,6 +342,13 @@ void set_link_mtu(int ifindex, unsigned mtu) {
 	check(transact(req, what), what);
 }
 
+void set_link_gso_max_segs(int ifindex, unsigned segs) {
+	const std::string what = "set gso_max_segs " + std::to_string(segs) + " on " + link_name(ifindex);
+	Request req = link_request(RTM_NEWLINK, ifindex);
+	req.attr_u32(IFLA_GSO_MAX_SEGS, segs);
+	check(transact(req, what), what);
+}
+
 void set_link_up(int ifindex) {
 	const std::string what = "set link " + link_name(ifindex) + " up";
 	Request req = link_request(RTM_NEWLINK, ifindex, IFF_UP, IFF_UP);

@@ -32,6 +32,16 @@ struct RouteInfo {
 void set_link_mtu(int ifindex, unsigned mtu);
 
 /**
+ * set_link_gso_max_segs() - most segments the stack puts in one GSO packet
+ * for this interface (ip link set dev X gso_max_segs N)
+ * @ifindex: the interface
+ * @segs:    the limit; a tun with offloads then never hands over a
+ *           super-packet of more segments than a batch has buffers
+ * Throws SystemError.
+ */
+void set_link_gso_max_segs(int ifindex, unsigned segs);
+
+/**
  * set_link_up() - bring an interface up (ip link set dev X up)
  * @ifindex: interface
  *

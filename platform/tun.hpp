@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <sys/uio.h>
 
 #include "platform/error.hpp"
 #include "platform/unique_fd.hpp"
@@ -33,7 +34,38 @@ struct TunDevice {
  * (missing /dev/net/tun, missing privileges, a name in use by another kind
  * of interface, an invalid name).
  */
-TunDevice open_tun(std::string_view name, bool multi_queue = false);
+TunDevice open_tun(std::string_view name, bool multi_queue = false, bool vnet_hdr = false);
+
+/// Bytes of the virtio-net header in front of every packet of a tun opened
+/// with vnet_hdr (TUNSETVNETHDRSZ: struct virtio_net_hdr_v1, as on the vhost rings).
+inline constexpr size_t kTunVnetHdrLen = 12;
+
+/// The offloads a tun accepted (TUNSETOFFLOAD, linux/if_tun.h TUN_F_*).
+struct TunOffloads {
+	bool csum = false;               ///< packets may come with a partial checksum (NEEDS_CSUM)
+	bool tso4 = false, tso6 = false; ///< TCP super-packets up to 64 KiB
+	bool uso4 = false, uso6 = false; ///< UDP super-packets (Linux 6.2+)
+};
+
+/**
+ * enable_tun_offloads() - let the kernel hand us (and take from us) super-packets
+ * @fd: a tun queue opened with vnet_hdr
+ *
+ * Asks for checksum, TSO4/6 and USO4/6; a kernel without USO refuses the
+ * whole set with EINVAL, so it is asked again without USO.
+ * Return: what the kernel accepted. Throws SystemError when even checksum
+ * and TSO are refused.
+ */
+TunOffloads enable_tun_offloads(int fd);
+
+/**
+ * tun_writev() - hand one packet, gathered from @iov, to the kernel
+ * @fd:  the tun fd
+ * @iov: the pieces (with vnet_hdr: the header first), at most IOV_MAX
+ *
+ * Return: bytes written, or n == -1 and err
+ */
+IoResult tun_writev(int fd, std::span<const iovec> iov) noexcept;
 
 /**
  * tun_read() - read one packet from a tun queue

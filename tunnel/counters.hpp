@@ -28,6 +28,20 @@ private:
 	std::atomic<uint64_t> v_{0};
 };
 
+/**
+ * SharedCounter - a statistic any number of threads add to (the SAs, which
+ * every data-path worker uses): an atomic add, as increments from two
+ * workers must not be lost.
+ */
+class SharedCounter {
+public:
+	void add(uint64_t n = 1) noexcept { v_.fetch_add(n, std::memory_order_relaxed); }
+	uint64_t get() const noexcept { return v_.load(std::memory_order_relaxed); }
+
+private:
+	std::atomic<uint64_t> v_{0};
+};
+
 /// Why a packet was dropped: one counter each, named in the status JSON.
 enum class Drop : uint8_t {
 	malformed,       ///< too short, bad alignment, not IPv4/IPv6, lengths that disagree
@@ -79,6 +93,17 @@ struct DataPathStats {
 	Counter udp_rx_packets, udp_tx_packets; ///< datagrams received / sent on the underlay
 
 	void drop(Drop d) noexcept { drops[static_cast<size_t>(d)].add(); }
+	/// add() - this += @o (the status sums the workers' counters)
+	void add(const DataPathStats& o) noexcept {
+		for (size_t i = 0; i < drops.size(); i++)
+			drops[i].add(o.drops[i].get());
+		for (size_t i = 0; i < ignored.size(); i++)
+			ignored[i].add(o.ignored[i].get());
+		tun_rx_packets.add(o.tun_rx_packets.get());
+		tun_tx_packets.add(o.tun_tx_packets.get());
+		udp_rx_packets.add(o.udp_rx_packets.get());
+		udp_tx_packets.add(o.udp_tx_packets.get());
+	}
 	void ignore(Ignore i) noexcept { ignored[static_cast<size_t>(i)].add(); }
 	uint64_t drops_of(Drop d) const noexcept { return drops[static_cast<size_t>(d)].get(); }
 };

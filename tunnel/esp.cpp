@@ -6,11 +6,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 namespace esptun {
 namespace {
 
-OutboundResult out_drop(Drop d, Peer* peer = nullptr) noexcept { return {Verdict::drop, d, peer, {}}; }
+OutboundResult out_drop(Drop d, Peer* peer = nullptr) noexcept { return {Verdict::drop, d, peer, {}, {}}; }
 
 InboundResult in_drop(Drop d, Peer* peer = nullptr) noexcept {
 	InboundResult r;
@@ -55,7 +56,7 @@ size_t ip_total_length(std::span<const uint8_t> pkt) noexcept {
  */
 bool note_alive(Peer& peer, const Endpoint& src, bool newest, int64_t now_ms) noexcept {
 	peer.last_rx_unix_ms.store(now_ms, std::memory_order_relaxed);
-	if (!newest || (peer.endpoint() && *peer.endpoint() == src)) return false;
+	if (!newest || peer.endpoint() == std::optional<Endpoint>(src)) return false;
 	peer.set_endpoint(src);
 	peer.endpoint_changes.add();
 	return true;
@@ -90,17 +91,22 @@ OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t 
 	if (!inner_address(inner, false, dst)) return out_drop(Drop::malformed);
 	Peer* peer = table.route(dst);
 	if (!peer) return out_drop(Drop::no_route);
-	if (!peer->endpoint()) return out_drop(Drop::no_endpoint, peer);
+	const std::optional<Endpoint> to = peer->endpoint();
+	if (!to) return out_drop(Drop::no_endpoint, peer);
 
 	// 2. Next sequence number. Without ESN the counter must not wrap: the SA is
 	// spent at 2^32 - 1 and needs new keys (RFC 4303 section 3.3.3).
 	OutboundSa& sa = peer->out;
-	uint64_t seq = sa.next_seq;
-	if (!sa.esn && seq > UINT32_MAX) return out_drop(Drop::seq_exhausted, peer);
-	if (seq == UINT64_MAX) return out_drop(Drop::seq_exhausted, peer);
-	// Never use a number a restart could hand out again (seq_state.hpp).
-	if (seq > sa.seq_limit.load(std::memory_order_acquire)) return out_drop(Drop::seq_not_saved, peer);
-	sa.next_seq = seq + 1;
+	// Taken with compare-and-swap: unique across workers, and a number that
+	// may not be used is not taken (the counter never passes the limits).
+	uint64_t seq = sa.next_seq.load(std::memory_order_relaxed);
+	do {
+		if (!sa.esn && seq > UINT32_MAX) return out_drop(Drop::seq_exhausted, peer);
+		if (seq == UINT64_MAX) return out_drop(Drop::seq_exhausted, peer);
+		// Never use a number a restart could hand out again (seq_state.hpp).
+		if (seq > sa.seq_limit.load(std::memory_order_acquire))
+			return out_drop(Drop::seq_not_saved, peer);
+	} while (!sa.next_seq.compare_exchange_weak(seq, seq + 1, std::memory_order_relaxed));
 
 	// 3. Padding 1, 2, 3, ... up to the cipher's alignment, then pad length and
 	// next header (RFC 4303 sections 2.4-2.6).
@@ -123,10 +129,10 @@ OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t 
 
 	// 5. IV, encryption and ICV.
 	sa.transform->seal(packet, seq);
-	sa.last_seq.store(seq, std::memory_order_relaxed);
+	sa.note_sent(seq);
 	sa.packets.add();
 	sa.bytes.add(inner_len);
-	return {Verdict::forward, Drop::malformed, peer, packet};
+	return {Verdict::forward, Drop::malformed, peer, packet, *to};
 }
 
 InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const Endpoint& src,
@@ -151,12 +157,25 @@ InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const 
 	// 3. Replay check before spending any crypto on the packet; commit only
 	// once the ICV verified, so forged packets cannot move the window
 	// (RFC 4303 section 3.4.3).
+	// Under the SA's replay lock: another worker may hold a packet of the
+	// same SA (after a NAT rebinding moved the peer to its socket), so the
+	// commit checks again: of two copies of one packet, one is a replay.
 	uint32_t seq_lo = load_be32(dgram.data() + 4);
-	std::optional<uint64_t> seq = sa->replay.check(seq_lo);
+	std::optional<uint64_t> seq;
+	{
+		std::lock_guard lock(sa->replay_lock);
+		seq = sa->replay.check(seq_lo);
+	}
 	if (!seq) return in_drop(Drop::replay, peer);
 	if (!sa->transform->open(dgram, uint32_t(*seq >> 32))) return in_drop(Drop::auth_failed, peer);
-	bool newest = sa->replay.commit(*seq);
-	sa->highest_seq.store(sa->replay.highest(), std::memory_order_relaxed);
+	bool newest;
+	{
+		std::lock_guard lock(sa->replay_lock);
+		if (sa->replay.check(seq_lo) != seq) return in_drop(Drop::replay, peer);
+		newest = sa->replay.commit(*seq);
+		sa->highest_seq.store(sa->replay.highest(), std::memory_order_relaxed);
+	}
+	if (!newest) sa->reordered.add();
 
 	// 4. Trailer: pad length, padding 1, 2, 3, ... and next header.
 	uint8_t* payload = dgram.data() + esp::kHeaderLen + spec.iv_len;

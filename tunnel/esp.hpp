@@ -26,7 +26,8 @@ struct OutboundResult {
 	Verdict verdict = Verdict::drop;
 	Drop drop = Drop::malformed;
 	Peer* peer = nullptr;
-	std::span<uint8_t> datagram; ///< the ESP packet to send to peer->endpoint()
+	std::span<uint8_t> datagram; ///< the ESP packet
+	Endpoint to;                 ///< where to send it: the peer's endpoint as read for this packet
 };
 
 struct InboundResult {

@@ -9,6 +9,7 @@
 #include "tunnel/inet.hpp"
 #include "tunnel/replay_window.hpp"
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -39,24 +40,58 @@ struct PeerParams {
 	SaParams out, in;
 };
 
+/**
+ * OutboundSa - the SA we send with. Every data-path worker may send on it
+ * (the tun spreads flows over its queues), so the sequence number is taken
+ * with compare-and-swap: unique across workers, never reused.
+ */
 struct OutboundSa {
 	uint32_t spi = 0;
 	bool esn = true;
 	std::unique_ptr<crypto::EspTransform> transform;
-	uint64_t next_seq = 1;             ///< data path only (set before it starts)
-	std::atomic<uint64_t> last_seq{0}; ///< published copy for status
+	std::atomic<uint64_t> next_seq{1}; ///< the next number to take
+	std::atomic<uint64_t> last_seq{0}; ///< the highest number taken and sealed so far
 	/// The highest sequence number the data path may use: what the state file
 	/// has reserved (apps/common/seq_state.hpp); no limit without one.
 	std::atomic<uint64_t> seq_limit{UINT64_MAX};
-	Counter packets, bytes; ///< bytes: inner packet bytes
+	SharedCounter packets, bytes; ///< bytes: inner packet bytes
+
+	/// note_sent() - raise last_seq to @seq (workers finish out of order)
+	void note_sent(uint64_t seq) noexcept {
+		uint64_t cur = last_seq.load(std::memory_order_relaxed);
+		while (cur < seq && !last_seq.compare_exchange_weak(cur, seq, std::memory_order_relaxed))
+			;
+	}
+};
+
+/**
+ * SpinLock - for the replay window: held for a few dozen instructions, and
+ * uncontended as long as one peer's packets arrive on one worker's socket
+ * (SO_REUSEPORT hashes the 4-tuple), which is the normal case.
+ */
+class SpinLock {
+public:
+	void lock() noexcept {
+		while (flag_.test_and_set(std::memory_order_acquire))
+			while (flag_.test(std::memory_order_relaxed))
+				;
+	}
+	void unlock() noexcept { flag_.clear(std::memory_order_release); }
+
+private:
+	std::atomic_flag flag_;
 };
 
 struct InboundSa {
 	uint32_t spi = 0;
 	std::unique_ptr<crypto::EspTransform> transform;
-	ReplayWindow replay;
+	ReplayWindow replay; ///< under replay_lock (check, then commit after the ICV)
+	mutable SpinLock replay_lock;
 	std::atomic<uint64_t> highest_seq{0}; ///< published copy for status
-	Counter packets, bytes;
+	SharedCounter packets, bytes;
+	/// Authenticated packets accepted although a higher sequence number had
+	/// already arrived (reordered on the way, inside the replay window)
+	SharedCounter reordered;
 	Peer* peer = nullptr;
 
 	InboundSa(uint32_t window, bool esn) : replay(window, esn) {}
@@ -65,9 +100,11 @@ struct InboundSa {
 /**
  * Peer - the other end of a tunnel.
  *
- * The endpoint is written only by the data path (when an authenticated
- * packet arrives from a new address: NAT rebinding) and read there without a
- * lock; the mutex orders those rare writes against the control plane's reads.
+ * The endpoint is written by the data path (when an authenticated packet
+ * arrives from a new address: NAT rebinding) and read by every worker for
+ * every packet it sends: a sequence lock over three atomic words, so a read
+ * takes no lock and never sees half of an update; the rare writers take a
+ * mutex among themselves.
  */
 struct Peer {
 	std::string name;
@@ -77,19 +114,22 @@ struct Peer {
 	OutboundSa out;
 	std::unique_ptr<InboundSa> in;
 	std::atomic<int64_t> last_rx_unix_ms{0}; ///< wall clock of the last authenticated packet
-	Counter endpoint_changes;
+	SharedCounter endpoint_changes;
 
-	/// Data path: the current endpoint, if any (no lock: the data path is the only writer).
-	const std::optional<Endpoint>& endpoint() const noexcept { return endpoint_; }
+	/// The current endpoint, if any: a consistent copy, from any thread.
+	std::optional<Endpoint> endpoint() const noexcept;
 	/// Data path: move to a new endpoint.
 	void set_endpoint(const Endpoint& ep) noexcept;
-	/// Control plane: a consistent copy of the endpoint.
-	std::optional<Endpoint> endpoint_snapshot() const;
+	/// Same as endpoint() (the control plane's name for it).
+	std::optional<Endpoint> endpoint_snapshot() const { return endpoint(); }
 
 private:
 	friend class SaTable;
-	std::optional<Endpoint> endpoint_;
-	mutable std::mutex endpoint_mutex_;
+	void store_endpoint(const std::optional<Endpoint>& ep) noexcept;
+
+	std::mutex endpoint_write_;                             ///< writers among themselves
+	std::atomic<uint32_t> endpoint_seq_;                    ///< odd while a write is in progress
+	std::array<std::atomic<uint64_t>, 3> endpoint_words_{}; ///< address, then has|family|port
 };
 
 class SaTable {

@@ -107,7 +107,7 @@ void DataPlane::outbound_batch() noexcept {
 			stats_.drop(res.drop);
 			continue;
 		}
-		send_slots_[n++] = {res.datagram, *res.peer->endpoint()};
+		send_slots_[n++] = {res.datagram, res.to};
 	}
 	if (n) send_all(n);
 	tun_.read_done();

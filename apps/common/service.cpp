@@ -10,6 +10,7 @@
 #include "apps/common/control.hpp"
 #include "apps/common/data_plane.hpp"
 #include "apps/common/log.hpp"
+#include "apps/common/offload_tun_port.hpp"
 #include "apps/common/seq_state.hpp"
 #include "apps/common/tun_port_choice.hpp"
 #include "apps/common/vhost_tun_port.hpp"
@@ -145,6 +146,25 @@ void install_routes(const conf::Config& config, int ifindex, platform::NetConfig
 }
 
 /// One start-up line saying which implementation the CBC-HMAC suites use.
+/// TUNSETOFFLOAD on a vnet_hdr tun and a GSO segment limit of one batch;
+/// returns what the kernel took, for the log and the status JSON. A refusal
+/// is not fatal: the port then sees only plain packets behind zero headers.
+std::string enable_offloads(const platform::TunDevice& tun) {
+	try {
+		const platform::TunOffloads o = platform::enable_tun_offloads(tun.fd.get());
+		platform::set_link_gso_max_segs(tun.ifindex, unsigned(kTunBatch));
+		std::string s = "csum tso4 tso6";
+		if (o.uso4) s += " uso4";
+		if (o.uso6) s += " uso6";
+		log::info("tun offloads: " + s);
+		return s;
+	} catch (const std::exception& e) {
+		log::warn(std::string("tun offloads unavailable (") + e.what() +
+		          "); one packet per read and write");
+		return std::string("none (") + e.what() + ")";
+	}
+}
+
 /// The sequence state file in tc.state_dir (made 0700 if missing), resumed
 /// and reserved; logs where each resumed SA continues. Throws runtime_error.
 SeqState open_seq_state(const conf::TunnelConfig& tc, SaTable& table) {
@@ -252,8 +272,14 @@ void run_service(const conf::Config& config, const std::string& program) {
 		    "IPv6 addresses");
 
 	// 5. The tun device, its addresses and routes.
-	platform::TunDevice tun = platform::open_tun(tc.interface);
+	// Offloads only for direct I/O: vhost-net attaches to a tun without
+	// IFF_VNET_HDR (platform/vhost_net.cpp).
+	const bool offload = tc.tun_offload && !tun_io.vhost;
+	platform::TunDevice tun = platform::open_tun(tc.interface, false, offload);
 	info.interface = tun.name;
+	info.tun_offloads = offload          ? enable_offloads(tun)
+	                    : tc.tun_offload ? "none (vhost rings)"
+	                                     : "none (tun_offload = false)";
 	platform::set_link_mtu(tun.ifindex, info.mtu);
 	if (!has_v6_address(config)) platform::set_ipv6_enabled(tun.name, false);
 	for (const IpPrefix& a : tc.addresses)
@@ -284,8 +310,14 @@ void run_service(const conf::Config& config, const std::string& program) {
 	}
 	if (vhost_tun) log::info("tun I/O: vhost (" + info.tun_io_reason + ")");
 	std::optional<DirectTunPort> direct_tun;
-	if (!vhost_tun) direct_tun.emplace(tun.fd.get(), &tun_stats);
-	TunPort& tun_port = vhost_tun ? static_cast<TunPort&>(vhost_tun->port()) : *direct_tun;
+	std::optional<OffloadTunPort> offload_tun;
+	if (!vhost_tun && offload)
+		offload_tun.emplace(tun.fd.get(), info.mtu, tun_stats);
+	else if (!vhost_tun)
+		direct_tun.emplace(tun.fd.get(), &tun_stats);
+	TunPort& tun_port = vhost_tun     ? static_cast<TunPort&>(vhost_tun->port())
+	                    : offload_tun ? static_cast<TunPort&>(*offload_tun)
+	                                  : static_cast<TunPort&>(*direct_tun);
 	ControlServer control(io, tc.control_socket, [&] { return render_status(info, stats, table); });
 	DataPlane plane(table, tun_port, udp, stats);
 	std::jthread worker;

@@ -51,6 +51,7 @@ void write_peer(JsonWriter& j, const Peer& peer) {
 	j.field("packets", in.packets.get()).field("bytes", in.bytes.get());
 	j.field("highest_seq", uint64_t(in.highest_seq.load(std::memory_order_relaxed)));
 	j.field("replay_window", uint64_t(in.replay.size()));
+	j.field("reordered", in.reordered.get());
 	j.end_object();
 	j.end_object();
 }
@@ -62,6 +63,10 @@ void write_tun_io(JsonWriter& j, const ServiceInfo& info) {
 	j.key("tun_io").begin_object();
 	j.field("mode", info.tun_io_mode).field("reason", info.tun_io_reason);
 	j.field("direct_write_max", uint64_t(info.direct_write_max));
+	j.field("offloads", info.tun_offloads);
+	j.field("gso_reads", t.gso_reads.get()).field("gso_segments", t.gso_segments.get());
+	j.field("gro_writes", t.gro_writes.get()).field("gro_segments", t.gro_segments.get());
+	j.field("offload_errors", t.offload_errors.get());
 	j.field("rx_ring_packets", t.rx_ring_packets.get()).field("tx_ring_packets", t.tx_ring_packets.get());
 	j.field("direct_writes", t.direct_writes.get());
 	j.field("kicks", t.rx_kicks.get() + t.tx_kicks.get());

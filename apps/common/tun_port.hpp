@@ -17,8 +17,10 @@
 
 namespace esptun {
 
-/// Packets per read_batch()/recv_slots(): the data plane's batch size.
-inline constexpr size_t kTunBatch = 32;
+/// Packets per read_batch()/recv_slots(): the data plane's batch size. 64:
+/// one TSO super-packet from a tun with offloads (at most 64 segments, see
+/// OffloadTunPort) fits in one batch.
+inline constexpr size_t kTunBatch = 64;
 
 /// What the tun I/O did (status JSON "tun_io"). The ring counters stay zero in
 /// direct mode; the system call counters count in both modes. The data path
@@ -40,6 +42,13 @@ struct TunIoStats {
 	Counter tun_writes; ///< write() on the tun fd (direct mode, vhost direct writes)
 	Counter polls;      ///< epoll_wait() calls of the data plane's loop
 	Counter poll_waits; ///< those of them that could block (no work known to be waiting)
+	// tun offloads (OffloadTunPort): super-packets both ways.
+	Counter gso_reads;    ///< super-packets read from the tun (TSO/USO)
+	Counter gso_segments; ///< packets they were cut into
+	Counter gro_writes;   ///< super-packets written to the tun (merged TCP segments)
+	Counter gro_segments; ///< packets merged into them
+	Counter
+	    offload_errors; ///< packets from the tun whose offload header or layout was unusable (dropped)
 };
 
 /// One packet read from the tun: the inner packet sits at esp::kHeadroom in
@@ -53,7 +62,7 @@ struct TunPacket {
 /// recv_slots()[slot], at least 12 bytes after the buffer's start.
 struct TunWrite {
 	size_t slot = 0;
-	std::span<const uint8_t> inner;
+	std::span<uint8_t> inner; ///< writable: a port may rewrite headers in place (GRO)
 };
 
 class TunPort {

@@ -253,6 +253,17 @@ def check_counters(rep, tag, A, B, case, st_a, st_b):
                   f"{u['gso_segments']} datagrams)", json.dumps(u))
         rep.check(u["sndbuf"] >= 4 << 20 and u["rcvbuf"] >= 4 << 20,
                   f"[{tag}] {name}: socket buffers of at least 4 MiB", json.dumps(u))
+        # tun offloads: the sender's kernel handed over TCP super-packets, the
+        # receiver's gateway wrote merged ones (GRO).
+        rx_name, rx_st = ("B", st_b) if name == "A" else ("A", st_a)
+        t_tx, t_rx = st["tun_io"], rx_st["tun_io"]
+        rep.check("tso4" in t_tx["offloads"] and t_tx["gso_reads"] > 0
+                  and t_tx["gso_segments"] > 2 * t_tx["gso_reads"] and t_tx["offload_errors"] == 0,
+                  f"[{tag}] {name}: read {t_tx['gso_reads']} super-packets from the tun "
+                  f"({t_tx['gso_segments']} packets)", json.dumps(t_tx))
+        rep.check(t_rx["gro_writes"] > 0 and t_rx["gro_segments"] > 2 * t_rx["gro_writes"],
+                  f"[{tag}] {rx_name}: wrote {t_rx['gro_writes']} merged super-packets to the tun "
+                  f"({t_rx['gro_segments']} packets)", json.dumps(t_rx))
     # Each ESP packet one side sent reached the other (veth loses nothing),
     # except B -> A while A's old address was gone (the NAT rebinding).
     send_err = st_a["drops"]["udp_send_error"] if case.get("rebind") else 0

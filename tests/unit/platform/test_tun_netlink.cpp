@@ -14,6 +14,8 @@
 #include "platform/udp_socket.hpp"
 #include "tunnel/bytes.hpp"
 
+#include <unistd.h>
+
 using namespace esptun;
 using namespace esptun::platform;
 using namespace esptun::platform::test;
@@ -341,4 +343,51 @@ TEST_CASE("errors name the operation and the object") {
 	SUBCASE("a gateway of the other family") {
 		CHECK_THROWS_AS(add_route(prefix("10.1.0.0/16"), tun.ifindex, ip("fd00::1")), SystemError);
 	}
+}
+
+TEST_CASE("a tun with vnet_hdr and offloads hands over a UDP GSO train as one super-packet") {
+	enter_fresh_netns();
+	TunDevice tun = open_tun("off0", false, true);
+	const TunOffloads off = enable_tun_offloads(tun.fd.get());
+	CHECK(off.csum);
+	CHECK(off.tso4);
+	CHECK(off.tso6);
+	set_link_up(tun.ifindex);
+	add_address(tun.ifindex, prefix("10.66.0.1/24"));
+	UdpSocket s = UdpSocket::bind(Endpoint{ip("0.0.0.0"), 0});
+	// Ten 500-byte datagrams to one peer: one UDP_SEGMENT train (udp_socket.cpp).
+	std::vector<std::vector<uint8_t>> payloads(10, std::vector<uint8_t>(500));
+	std::vector<SendSlot> out;
+	for (size_t i = 0; i < payloads.size(); i++) {
+		std::fill(payloads[i].begin(), payloads[i].end(), uint8_t(i));
+		out.push_back({payloads[i], *parse_endpoint("10.66.0.2:4500")});
+	}
+	REQUIRE(s.send_batch(out).count == out.size());
+	std::vector<uint8_t> buf(70000);
+	size_t datagrams = 0, reads = 0;
+	while (datagrams < payloads.size() && wait_readable(tun.fd.get())) {
+		const ssize_t n = ::read(tun.fd.get(), buf.data(), buf.size());
+		REQUIRE(n >= ssize_t(kTunVnetHdrLen));
+		const uint8_t* ip4 = buf.data() + kTunVnetHdrLen;
+		if (n < ssize_t(kTunVnetHdrLen + 28) || ip4[0] != 0x45 || ip4[9] != 17) continue; // not ours
+		reads++;
+		const uint8_t flags = buf[0], gso_type = buf[1];
+		const uint16_t gso_size = uint16_t(buf[4] | buf[5] << 8);
+		const size_t udp_payload = size_t(n) - kTunVnetHdrLen - 28;
+		if (off.uso4) {
+			// One read: the whole train, gso_type VIRTIO_NET_HDR_GSO_UDP_L4 (5),
+			// segment size 500, checksum left to us (NEEDS_CSUM, bit 0).
+			CHECK(gso_type == 5);
+			CHECK(gso_size == 500);
+			CHECK((flags & 1) == 1);
+			CHECK(udp_payload == 500 * payloads.size());
+			datagrams += udp_payload / 500;
+		} else {
+			CHECK(gso_type == 0);
+			CHECK(udp_payload == 500);
+			datagrams++;
+		}
+	}
+	CHECK(datagrams == payloads.size());
+	CHECK(reads == (off.uso4 ? 1u : payloads.size()));
 }

@@ -29,6 +29,10 @@ struct FakeTun {
 		REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
 		plane_end.reset(sv[0]);
 		test_end.reset(sv[1]);
+		// Room for more than a whole batch of jumbo packets queued at once.
+		const int bytes = 4 << 20;
+		for (int fd : sv)
+			REQUIRE(setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) == 0);
 	}
 };
 

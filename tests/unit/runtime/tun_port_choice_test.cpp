@@ -58,7 +58,9 @@ TEST_CASE("the status JSON reports the tun_io mode, reason, threshold and counte
 	SaTable table({});
 	// Before the port exists (and in direct mode) every counter is present and zero.
 	std::string s = render_status(info, stats, table);
-	CHECK(s.find(R"("tun_io":{"mode":"vhost","reason":"r","direct_write_max":4,"rx_ring_packets":0,)"
+	CHECK(s.find(R"("tun_io":{"mode":"vhost","reason":"r","direct_write_max":4,"offloads":"",)"
+	             R"("gso_reads":0,"gso_segments":0,"gro_writes":0,"gro_segments":0,"offload_errors":0,)"
+	             R"("rx_ring_packets":0,)"
 	             R"("tx_ring_packets":0,"direct_writes":0,"kicks":0,"rx_kicks":0,"tx_kicks":0,)"
 	             R"("call_wakeups":0,"ring_full":0,"device_errors":0,)"
 	             R"("tun_syscalls":{"read":0,"write":0,"kick":0},"polls":0,"poll_waits":0})") !=
@@ -76,8 +78,16 @@ TEST_CASE("the status JSON reports the tun_io mode, reason, threshold and counte
 	t.tun_writes.add(9);
 	t.polls.add(11);
 	t.poll_waits.add(10);
+	t.gso_reads.add(12);
+	t.gso_segments.add(13);
+	t.gro_writes.add(14);
+	t.gro_segments.add(15);
+	t.offload_errors.add(16);
+	info.tun_offloads = "csum tso4 tso6";
 	info.tun_io_stats = &t;
 	s = render_status(info, stats, table);
+	CHECK(s.find(R"("offloads":"csum tso4 tso6","gso_reads":12,"gso_segments":13,"gro_writes":14,)"
+	             R"("gro_segments":15,"offload_errors":16,)") != std::string::npos);
 	CHECK(s.find(R"("rx_ring_packets":10,"tx_ring_packets":20,"direct_writes":3,"kicks":3,"rx_kicks":1,)"
 	             R"("tx_kicks":2,"call_wakeups":5,"ring_full":6,"device_errors":7,)"
 	             R"("tun_syscalls":{"read":8,"write":9,"kick":3},"polls":11,"poll_waits":10})") !=
