@@ -1,15 +1,12 @@
-// UdpSocket: bind with dual-stack and large buffers, recvmmsg/sendmmsg
-// batches, and path_mtu().
+// UdpSocket: bind with dual-stack and large buffers, the GSO state, and
+// path_mtu(). The batched I/O lives in udp_engine.cpp.
 #include "platform/udp_socket.hpp"
 
-#include <algorithm>
-#include <array>
-#include <cstring>
 #include <netinet/in.h>
-#include <netinet/udp.h>
 #include <sys/socket.h>
 
 #include "platform/sockaddr.hpp"
+#include "platform/udp_engine.hpp"
 
 namespace esptun::platform {
 
@@ -56,11 +53,16 @@ void set_buffer(int fd, int force, int plain, int bytes, const char* what) {
 
 } // namespace
 
-UdpSocket UdpSocket::bind(const Endpoint& listen, int buffer_bytes) {
+UdpSocket UdpSocket::bind(const Endpoint& listen, int buffer_bytes, bool reuse_port) {
 	const int af = address_family(listen.addr.family);
 	const std::string where = to_string(listen);
 	UniqueFd fd(::socket(af, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP));
 	if (!fd) throw_errno("socket for", where);
+	// One socket per data-path worker on the same port: the kernel hashes
+	// each datagram's 4-tuple to one of them, so a peer stays on one worker.
+	if (reuse_port)
+		if (int err = set_int_option(fd.get(), SOL_SOCKET, SO_REUSEPORT, 1))
+			throw SystemError(err, "SO_REUSEPORT on " + where);
 
 	if (af == AF_INET6) {
 		// Dual stack: with V6ONLY off, a socket bound to [::] also carries
@@ -113,35 +115,11 @@ BufferSizes UdpSocket::buffer_sizes() const {
 }
 
 BatchResult UdpSocket::recv_batch(std::span<RecvSlot> slots) noexcept {
-	const size_t n = std::min(slots.size(), kMaxBatch);
-	if (n == 0) return {0, 0};
-	// On the stack (about 13 KiB): no allocation, and concurrent calls from
-	// several threads on one socket stay safe.
-	std::array<mmsghdr, kMaxBatch> msgs;
-	std::array<iovec, kMaxBatch> iov;
-	std::array<sockaddr_storage, kMaxBatch> addrs;
-	for (size_t i = 0; i < n; i++) {
-		iov[i] = {slots[i].buf.data(), slots[i].buf.size()};
-		msgs[i] = {};
-		msgs[i].msg_hdr.msg_name = &addrs[i];
-		msgs[i].msg_hdr.msg_namelen = sizeof addrs[i];
-		msgs[i].msg_hdr.msg_iov = &iov[i];
-		msgs[i].msg_hdr.msg_iovlen = 1;
-	}
-	int r;
-	do
-		r = ::recvmmsg(fd_.get(), msgs.data(), static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
-	while (r < 0 && errno == EINTR);
-	// An error after some datagrams arrived is kept by the kernel in
-	// sk_err and reported by the next call, so nothing is lost here.
-	if (r < 0) return {0, errno};
-	for (size_t i = 0; i < static_cast<size_t>(r); i++) {
-		RecvSlot& s = slots[i];
-		s.len = msgs[i].msg_len;
-		s.truncated = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
-		s.from = from_sockaddr(addrs[i], msgs[i].msg_hdr.msg_namelen).value_or(Endpoint{});
-	}
-	return {static_cast<size_t>(r), 0};
+	return MmsgEngine(*this).recv_batch(slots);
+}
+
+BatchResult UdpSocket::send_batch(std::span<const SendSlot> slots) noexcept {
+	return MmsgEngine(*this).send_batch(slots);
 }
 
 UdpSocket::UdpSocket(UdpSocket&& o) noexcept
@@ -153,98 +131,15 @@ GsoStats UdpSocket::gso_stats() const noexcept {
 	        gso_trains_.load(std::memory_order_relaxed), gso_segments_.load(std::memory_order_relaxed)};
 }
 
-BatchResult UdpSocket::send_batch(std::span<const SendSlot> slots) noexcept {
-	size_t done = 0;
-	while (done < slots.size()) {
-		const bool gso = gso_on_.load(std::memory_order_relaxed);
-		BatchResult r = send_round(slots.subspan(done), gso);
-		done += r.count;
-		if (r.err == 0) continue;
-		// A train the kernel refused (it always comes first in the round that
-		// reports the error) is retried datagram by datagram; EIO means this
-		// socket's route cannot offload trains at all.
-		if (gso && r.err != EAGAIN && r.err != ENOBUFS && r.err != EAFNOSUPPORT) {
-			if (r.err == EIO) {
-				gso_errno_.store(EIO, std::memory_order_relaxed);
-				gso_on_.store(false, std::memory_order_relaxed);
-			}
-			r = send_round(slots.subspan(done), false);
-			done += r.count;
-			if (r.err == 0) continue;
-		}
-		return {done, r.err};
-	}
-	return {done, 0};
+void UdpSocket::count_train(size_t segments) noexcept {
+	gso_trains_.store(gso_trains_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+	gso_segments_.store(gso_segments_.load(std::memory_order_relaxed) + segments,
+	                    std::memory_order_relaxed);
 }
 
-BatchResult UdpSocket::send_round(std::span<const SendSlot> slots, bool gso) noexcept {
-	const int af = address_family(family_);
-	// On the stack (~16 KiB): no allocation, safe from several threads.
-	std::array<mmsghdr, kMaxBatch> msgs;
-	std::array<iovec, kMaxBatch> iov;
-	std::array<sockaddr_storage, kMaxBatch> addrs;
-	struct alignas(cmsghdr) Control {
-		uint8_t bytes[CMSG_SPACE(sizeof(uint16_t))];
-	};
-	std::array<Control, kMaxBatch> ctrl;
-	std::array<uint16_t, kMaxBatch> per_msg; // datagrams in each message
-	const size_t want = std::min(slots.size(), kMaxBatch);
-	size_t n = 0, m = 0;
-	while (n < want) {
-		const SendSlot& first = slots[n];
-		const socklen_t len = to_sockaddr(first.to, af, addrs[m]);
-		if (len == 0) break; // unreachable family: send those before it
-		// A train: same destination, every datagram but the last as long as
-		// the first, within the kernel's limits.
-		size_t k = 1, bytes = first.data.size();
-		if (gso)
-			while (n + k < want && k < kMaxGsoSegments &&
-			       slots[n + k - 1].data.size() == first.data.size() &&
-			       slots[n + k].data.size() <= first.data.size() && slots[n + k].to == first.to &&
-			       bytes + slots[n + k].data.size() <= kMaxGsoBytes)
-				bytes += slots[n + k++].data.size();
-		for (size_t i = 0; i < k; i++)
-			// iovec is shared with readv(), hence non-const; sendmmsg() only reads.
-			iov[n + i] = {const_cast<uint8_t*>(slots[n + i].data.data()),
-			              slots[n + i].data.size()};
-		msgs[m] = {};
-		msghdr& h = msgs[m].msg_hdr;
-		h.msg_name = &addrs[m];
-		h.msg_namelen = len;
-		h.msg_iov = &iov[n];
-		h.msg_iovlen = k;
-		if (k > 1) {
-			h.msg_control = ctrl[m].bytes;
-			h.msg_controllen = sizeof ctrl[m].bytes;
-			cmsghdr* c = CMSG_FIRSTHDR(&h);
-			c->cmsg_level = SOL_UDP;
-			c->cmsg_type = UDP_SEGMENT;
-			c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-			const auto seg = static_cast<uint16_t>(first.data.size());
-			std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
-		}
-		per_msg[m++] = static_cast<uint16_t>(k);
-		n += k;
-	}
-	if (m == 0) return {0, EAFNOSUPPORT};
-	int r;
-	do
-		r = ::sendmmsg(fd_.get(), msgs.data(), static_cast<unsigned>(m), MSG_DONTWAIT);
-	while (r < 0 && errno == EINTR);
-	if (r < 0) return {0, errno};
-	// A short count means message r failed; sendmmsg() drops that errno, so
-	// the caller's next round starts with it and reports the error.
-	size_t sent = 0;
-	for (size_t i = 0; i < size_t(r); i++) {
-		sent += per_msg[i];
-		if (per_msg[i] > 1) {
-			gso_trains_.fetch_add(1, std::memory_order_relaxed);
-			gso_segments_.fetch_add(per_msg[i], std::memory_order_relaxed);
-		}
-	}
-	// Stopped early at an unsendable family: the caller's next round starts
-	// there and gets EAFNOSUPPORT (m == 0 above).
-	return {sent, 0};
+void UdpSocket::disable_gso(int err) noexcept {
+	gso_errno_.store(err, std::memory_order_relaxed);
+	gso_on_.store(false, std::memory_order_relaxed);
 }
 
 std::optional<unsigned> path_mtu(const IpAddress& dst) {

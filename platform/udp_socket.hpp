@@ -47,7 +47,10 @@ struct GsoStats {
 };
 
 /// A bound, non-blocking UDP socket with batched I/O. An IPv6 socket is
-/// dual-stack: it also sends to and receives from IPv4 peers.
+/// dual-stack: it also sends to and receives from IPv4 peers. The socket owns
+/// the descriptor, its options and the GSO state; the batched I/O itself is
+/// done by a UdpEngine (platform/udp_engine.hpp: recvmmsg/sendmmsg or
+/// io_uring), which both share this socket's GSO switch and counters.
 ///
 /// UDP GSO (UDP_SEGMENT, Linux 4.18): send_batch() hands consecutive
 /// datagrams to the same destination whose sizes are equal (the last may be
@@ -75,10 +78,12 @@ public:
 	 *                port 0 lets the kernel pick one (see local_endpoint())
 	 * @buffer_bytes: SO_RCVBUF/SO_SNDBUF wanted; forced past the
 	 *                net.core.[rw]mem_max limits when privileged
+	 * @reuse_port:   SO_REUSEPORT, for one socket per worker on one port
 	 *
 	 * Return: the socket. Throws SystemError.
 	 */
-	static UdpSocket bind(const Endpoint& listen, int buffer_bytes = kDefaultBufferBytes);
+	static UdpSocket bind(const Endpoint& listen, int buffer_bytes = kDefaultBufferBytes,
+	                      bool reuse_port = false);
 
 	/// fd() - the descriptor, for poll/epoll/io_uring; still owned by the socket
 	int fd() const noexcept { return fd_.get(); }
@@ -94,7 +99,9 @@ public:
 	 * recv_batch() - receive up to min(slots.size(), kMaxBatch) datagrams, one recvmmsg()
 	 * @slots: buffers to fill, in order
 	 *
-	 * Never blocks and never allocates. Call again while count == slots used.
+	 * MmsgEngine::recv_batch() on this socket (platform/udp_engine.hpp), for
+	 * callers that hold the socket rather than an engine. Never blocks and
+	 * never allocates. Call again while count == slots used.
 	 * Return: count slots filled; count == 0 with err (EAGAIN: nothing queued)
 	 */
 	BatchResult recv_batch(std::span<RecvSlot> slots) noexcept;
@@ -103,11 +110,8 @@ public:
 	 * send_batch() - send every slot, sendmmsg() in chunks of kMaxBatch
 	 * @slots: datagrams and destinations
 	 *
-	 * Never blocks and never allocates. Stops at the first datagram the kernel
-	 * refuses: slots [0, count) went out; slots[count] failed with err
-	 * (EAGAIN/ENOBUFS: send buffer full, retry later; EMSGSIZE, ENETUNREACH...:
-	 * drop that one and call again with the rest; EAFNOSUPPORT: an IPv6
-	 * destination on an IPv4 socket).
+	 * MmsgEngine::send_batch() on this socket; see UdpEngine::send_batch()
+	 * for the error conventions.
 	 * Return: count sent, and err when count < slots.size()
 	 */
 	BatchResult send_batch(std::span<const SendSlot> slots) noexcept;
@@ -116,14 +120,26 @@ public:
 	void set_gso(bool on) noexcept { gso_on_.store(on, std::memory_order_relaxed); }
 	/// gso_stats() - what GSO did so far
 	GsoStats gso_stats() const noexcept;
+	/// gso_on() - whether send_batch() may send trains now (for the engines)
+	bool gso_on() const noexcept { return gso_on_.load(std::memory_order_relaxed); }
+	/**
+	 * count_train() - an engine sent a train of @segments datagrams
+	 * @segments: datagrams in it (> 1)
+	 *
+	 * Called by the sending thread only: a relaxed load and store, no locked instruction.
+	 */
+	void count_train(size_t segments) noexcept;
+	/**
+	 * disable_gso() - the kernel cannot send trains on this socket's route
+	 * @err: what it answered (EIO); shown in gso_stats().disabled_errno
+	 */
+	void disable_gso(int err) noexcept;
 
 	UdpSocket(UdpSocket&& o) noexcept;
 	UdpSocket& operator=(UdpSocket&&) = delete;
 
 private:
 	UdpSocket(UniqueFd fd, Family family) noexcept : fd_(std::move(fd)), family_(family) {}
-	/// One sendmmsg() of up to kMaxBatch datagrams from @slots, trains when @gso.
-	BatchResult send_round(std::span<const SendSlot> slots, bool gso) noexcept;
 
 	UniqueFd fd_;
 	Family family_;

@@ -3,6 +3,7 @@
 #include "apps/bench/compare.hpp"
 #include "apps/bench/crypto_bench.hpp"
 #include "apps/bench/demo.hpp"
+#include "apps/bench/udp_engines.hpp"
 #include "apps/bench/vhost_counts.hpp"
 
 #include <cstdio>
@@ -20,9 +21,11 @@ void usage(std::FILE* to) {
 	             "%s"
 	             "%s"
 	             "%s"
+	             "%s"
 	             "  help                  this text\n",
 	             esptun::bench::kDemoUsage, esptun::bench::kVhostCountsUsage,
-	             esptun::bench::kCryptoBenchUsage, esptun::bench::kCompareUsage);
+	             esptun::bench::kCryptoBenchUsage, esptun::bench::kCompareUsage,
+	             esptun::bench::kUdpEnginesUsage);
 }
 
 } // namespace
@@ -39,6 +42,7 @@ int main(int argc, char** argv) {
 	if (cmd == "crypto") return esptun::bench::run_crypto_bench(args);
 	if (cmd == "compare") return esptun::bench::run_compare(args);
 	if (cmd == "vhost-counts") return esptun::bench::run_vhost_counts(args);
+	if (cmd == "udp-engines") return esptun::bench::run_udp_engines(args);
 	if (cmd == "help" || cmd == "-h" || cmd == "--help") {
 		usage(stdout);
 		return 0;
