@@ -41,8 +41,9 @@ namespace {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
 constexpr std::string_view kTunnelKeys[] = {
-    "interface",        "addresses",   "listen",  "mtu",           "tun_io",    "control_socket", "route_all",
-    "direct_write_max", "crypto_impl", "udp_gso", "socket_buffer", "state_dir", "tun_offload"};
+    "interface",      "addresses", "listen",           "mtu",         "tun_io",
+    "control_socket", "route_all", "direct_write_max", "crypto_impl", "udp_gso",
+    "socket_buffer",  "state_dir", "tun_offload",      "workers",     "io_engine"};
 constexpr std::string_view kPeerKeys[] = {"name", "endpoint",      "allowed_ips", "cipher",
                                           "esn",  "replay_window", "out",         "in"};
 constexpr std::string_view kSaKeys[] = {"spi",          "key",      "key_file",     "enc_key",
@@ -386,6 +387,24 @@ void Loader::parse_tunnel(const toml::table& t) {
 
 	if (auto v = get_bool(t, "udp_gso", where)) tc.udp_gso = v->value;
 	if (auto v = get_bool(t, "tun_offload", where)) tc.tun_offload = v->value;
+	if (auto v = get_string(t, "io_engine", where)) {
+		if (v->value == "auto")
+			tc.io_engine = IoEngine::automatic;
+		else if (v->value == "uring")
+			tc.io_engine = IoEngine::uring;
+		else if (v->value == "mmsg")
+			tc.io_engine = IoEngine::mmsg;
+		else
+			fail(v->line,
+			     "io_engine " + q(v->value) + " is unknown; use \"auto\", \"uring\" or \"mmsg\"");
+	}
+	if (auto v = get_int(t, "workers", where)) {
+		if (v->value < 0 || v->value > kMaxWorkers)
+			fail(v->line, "workers " + std::to_string(v->value) +
+			                  " is out of range; use 0 (one per CPU) up to " +
+			                  std::to_string(kMaxWorkers));
+		tc.workers = static_cast<uint32_t>(v->value);
+	}
 	if (auto v = get_int(t, "socket_buffer", where)) {
 		if (v->value < kMinSocketBuffer || v->value > kMaxSocketBuffer)
 			fail(v->line, "socket_buffer " + std::to_string(v->value) + " is out of range; use " +

@@ -26,6 +26,7 @@ inline constexpr uint32_t kMaxDirectWriteMax = 256; // the TX ring's size: a lar
 inline constexpr uint32_t kDefaultSocketBuffer = 4u << 20;
 inline constexpr uint32_t kMinSocketBuffer = 64u << 10;
 inline constexpr uint32_t kMaxSocketBuffer = 1u << 30;
+inline constexpr uint32_t kMaxWorkers = 64;
 
 enum class TunIo : uint8_t { automatic, vhost, direct };
 enum class Role : uint8_t { gateway, client };
@@ -52,6 +53,9 @@ struct PeerConfig {
 	int line = 0;                                  ///< where the [[peer]] table starts, for messages
 };
 
+/// [tunnel] io_engine: how the underlay socket's batches reach the kernel.
+enum class IoEngine { automatic, uring, mmsg };
+
 struct TunnelConfig {
 	std::string interface = "esp0";
 	std::vector<IpPrefix> addresses; ///< interface addresses, host bits kept
@@ -70,6 +74,11 @@ struct TunnelConfig {
 	/// direct tun I/O: IFF_VNET_HDR + TUNSETOFFLOAD, so the kernel hands over
 	/// and takes TCP/UDP super-packets (apps/common/offload_tun_port.hpp)
 	bool tun_offload = true;
+	/// Data-path threads, each with its own tun queue (IFF_MULTI_QUEUE) and
+	/// underlay socket (SO_REUSEPORT); 0 = one per CPU this process may use
+	uint32_t workers = 0;
+	/// Underlay batching: recvmmsg/sendmmsg or io_uring (platform/udp_engine.hpp)
+	IoEngine io_engine = IoEngine::automatic;
 	uint32_t socket_buffer = kDefaultSocketBuffer; ///< bytes, each direction
 	std::string control_socket;                    ///< default /run/esptun/<interface>.sock
 	/// Where outbound sequence numbers are kept across restarts

@@ -44,13 +44,14 @@ bool wait_writable(int fd, int ms) noexcept {
 
 } // namespace
 
-DataPlane::DataPlane(const SaTable& table, TunPort& tun, platform::UdpSocket& udp, DataPathStats& stats)
+DataPlane::DataPlane(const SaTable& table, TunPort& tun, platform::UdpEngine& udp, DataPathStats& stats)
     : table_(table), tun_(tun), udp_(udp), stats_(stats) {
 	watch_sources();
 }
 
 DataPlane::DataPlane(const SaTable& table, int tun_fd, platform::UdpSocket& udp, DataPathStats& stats)
-    : table_(table), owned_tun_(std::make_unique<DirectTunPort>(tun_fd)), tun_(*owned_tun_), udp_(udp),
+    : table_(table), owned_tun_(std::make_unique<DirectTunPort>(tun_fd)),
+      owned_udp_(std::make_unique<platform::MmsgEngine>(udp)), tun_(*owned_tun_), udp_(*owned_udp_),
       stats_(stats) {
 	watch_sources();
 }
@@ -60,7 +61,7 @@ void DataPlane::watch_sources() {
 	if (!epoll_) throw platform::SystemError(errno, "epoll_create1");
 	if (int err = watch(tun_.read_fd(), tun_.read_fd_signals_only(), kTun))
 		throw platform::SystemError(err, "epoll_ctl(tun)");
-	if (int err = watch(udp_.fd(), false, kUdp)) throw platform::SystemError(err, "epoll_ctl(udp)");
+	if (int err = watch(udp_.poll_fd(), false, kUdp)) throw platform::SystemError(err, "epoll_ctl(udp)");
 }
 
 int DataPlane::watch(int fd, bool edge, uint64_t source) noexcept {
@@ -122,7 +123,7 @@ void DataPlane::send_all(size_t n) noexcept {
 		pending = pending.subspan(r.count);
 		if (pending.empty()) break;
 		if ((r.err == EAGAIN || r.err == ENOBUFS) && full_waits++ < 10 &&
-		    wait_writable(udp_.fd(), 10))
+		    wait_writable(udp_.socket().fd(), 10))
 			continue;
 		// This datagram cannot go (unreachable, too big, or the buffer stayed
 		// full): count it and carry on with the rest.

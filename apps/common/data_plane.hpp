@@ -5,6 +5,7 @@
 #pragma once
 
 #include "apps/common/tun_port.hpp"
+#include "platform/udp_engine.hpp"
 #include "platform/udp_socket.hpp"
 #include "tunnel/counters.hpp"
 #include "tunnel/esp_wire.hpp"
@@ -24,13 +25,14 @@ public:
 	 * DataPlane() - set up one worker over a tun port (and its epoll set)
 	 * @table: the SAs (outlives the data plane)
 	 * @tun:   the tun side (outlives the data plane)
-	 * @udp:   the underlay socket
+	 * @udp:   the underlay socket's engine (platform/udp_engine.hpp)
 	 * @stats: counters this worker writes
 	 * Throws SystemError when the epoll set cannot be made.
 	 */
-	DataPlane(const SaTable& table, TunPort& tun, platform::UdpSocket& udp, DataPathStats& stats);
+	DataPlane(const SaTable& table, TunPort& tun, platform::UdpEngine& udp, DataPathStats& stats);
 
-	/// DataPlane() - the same with direct read()/write() on @tun_fd (non-blocking)
+	/// DataPlane() - direct read()/write() on @tun_fd (non-blocking) and
+	/// recvmmsg()/sendmmsg() on @udp (tests)
 	DataPlane(const SaTable& table, int tun_fd, platform::UdpSocket& udp, DataPathStats& stats);
 
 	/**
@@ -57,9 +59,10 @@ private:
 	int watch(int fd, bool edge, uint64_t source) noexcept;
 
 	const SaTable& table_;
-	std::unique_ptr<TunPort> owned_tun_; ///< only with the tun_fd constructor
+	std::unique_ptr<TunPort> owned_tun_;             ///< only with the tun_fd constructor
+	std::unique_ptr<platform::UdpEngine> owned_udp_; ///< only with the tun_fd constructor
 	TunPort& tun_;
-	platform::UdpSocket& udp_;
+	platform::UdpEngine& udp_;
 	DataPathStats& stats_;
 	std::array<TunPacket, kBatch> tun_packets_{};
 	std::array<platform::SendSlot, kBatch> send_slots_{};

@@ -18,10 +18,12 @@
 #include "platform/netlink.hpp"
 #include "platform/sysctl.hpp"
 #include "platform/tun.hpp"
+#include "platform/udp_engine.hpp"
 #include "platform/udp_socket.hpp"
 #include "platform/unique_fd.hpp"
 #include "tunnel/esp_wire.hpp"
 
+#include <algorithm>
 #include <asio/io_context.hpp>
 #include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
@@ -31,6 +33,7 @@
 #include <functional>
 #include <optional>
 #include <pthread.h>
+#include <sched.h>
 #include <stdexcept>
 #include <thread>
 
@@ -146,13 +149,61 @@ void install_routes(const conf::Config& config, int ifindex, platform::NetConfig
 }
 
 /// One start-up line saying which implementation the CBC-HMAC suites use.
-/// TUNSETOFFLOAD on a vnet_hdr tun and a GSO segment limit of one batch;
-/// returns what the kernel took, for the log and the status JSON. A refusal
-/// is not fatal: the port then sees only plain packets behind zero headers.
-std::string enable_offloads(const platform::TunDevice& tun) {
+/**
+ * Worker - one data-path thread with everything it owns: a tun queue, an
+ * underlay socket and its engine, the tun port and the counters. Declared
+ * so that the port goes before the queue it uses and the engine before its
+ * socket.
+ */
+struct Worker {
+	platform::TunDevice queue;
+	std::optional<platform::UdpSocket> udp;
+	std::unique_ptr<platform::UdpEngine> engine;
+	DataPathStats stats;
+	TunIoStats tun_stats;
+	std::optional<VhostTun> vhost;
+	std::optional<DirectTunPort> direct;
+	std::optional<OffloadTunPort> offload;
+	std::unique_ptr<DataPlane> plane;
+	std::jthread thread;
+	int err = 0;
+
+	TunPort& port() noexcept {
+		if (vhost) return vhost->port();
+		if (offload) return *offload;
+		return *direct;
+	}
+};
+
+/// The CPUs this process may run on (workers = 0).
+unsigned usable_cpus() noexcept {
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+	const int n = CPU_COUNT(&set);
+	return n > 0 ? unsigned(std::min(n, int(conf::kMaxWorkers))) : 1;
+}
+
+platform::IoEngineChoice io_engine_choice(conf::IoEngine e) noexcept {
+	switch (e) {
+	case conf::IoEngine::uring:
+		return platform::IoEngineChoice::uring;
+	case conf::IoEngine::mmsg:
+		return platform::IoEngineChoice::mmsg;
+	case conf::IoEngine::automatic:
+		break;
+	}
+	return platform::IoEngineChoice::automatic;
+}
+
+/// TUNSETOFFLOAD on every queue of a vnet_hdr tun and a GSO segment limit of
+/// one batch; returns what the kernel took, for the log and the status JSON.
+/// A refusal is not fatal: the ports then see plain packets behind zero headers.
+std::string enable_offloads(const std::vector<std::unique_ptr<Worker>>& workers) {
 	try {
-		const platform::TunOffloads o = platform::enable_tun_offloads(tun.fd.get());
-		platform::set_link_gso_max_segs(tun.ifindex, unsigned(kTunBatch));
+		platform::TunOffloads o;
+		for (const auto& wk : workers)
+			o = platform::enable_tun_offloads(wk->queue.fd.get());
+		platform::set_link_gso_max_segs(workers[0]->queue.ifindex, unsigned(kTunBatch));
 		std::string s = "csum tso4 tso6";
 		if (o.uso4) s += " uso4";
 		if (o.uso6) s += " uso6";
@@ -252,11 +303,32 @@ void run_service(const conf::Config& config, const std::string& program) {
 	if (tc.tun_io == conf::TunIo::automatic && !tun_io.vhost)
 		log::info("tun I/O: direct (" + info.tun_io_reason + ")");
 
-	// 3. Underlay socket before the tun, so a busy port fails early.
-	platform::UdpSocket udp = platform::UdpSocket::bind(tc.listen, int(tc.socket_buffer));
-	udp.set_gso(tc.udp_gso);
-	info.udp = &udp;
-	info.udp_buffers = udp.buffer_sizes();
+	// 3. Underlay sockets before the tun, so a busy port fails early: one
+	// per worker on the same port (SO_REUSEPORT), each behind its engine.
+	const unsigned n_workers = tc.workers ? tc.workers : usable_cpus();
+	info.workers = n_workers;
+	std::vector<std::unique_ptr<Worker>> workers;
+	for (unsigned w = 0; w < n_workers; w++) {
+		auto wk = std::make_unique<Worker>();
+		Endpoint at = tc.listen;
+		if (w > 0)
+			at.port = workers[0]->udp->local_endpoint().port; // "port 0": the one the first got
+		wk->udp.emplace(platform::UdpSocket::bind(at, int(tc.socket_buffer), n_workers > 1));
+		wk->udp->set_gso(tc.udp_gso);
+		platform::OpenedEngine e =
+		    platform::open_udp_engine(io_engine_choice(tc.io_engine), *wk->udp);
+		wk->engine = std::move(e.engine);
+		if (w == 0) {
+			info.io_engine = wk->engine->name();
+			info.io_engine_reason = e.reason;
+			log::info(std::string("underlay engine: ") + info.io_engine +
+			          (e.reason.empty() ? "" : " (" + e.reason + ")"));
+		}
+		info.udp.push_back(&*wk->udp);
+		info.worker_stats.push_back(&wk->stats);
+		workers.push_back(std::move(wk));
+	}
+	info.udp_buffers = workers[0]->udp->buffer_sizes();
 
 	// 4. MTU.
 	if (tc.mtu) {
@@ -271,13 +343,17 @@ void run_service(const conf::Config& config, const std::string& program) {
 		    ") is below IPv6's minimum of 1280; raise the underlay MTU or remove the "
 		    "IPv6 addresses");
 
-	// 5. The tun device, its addresses and routes.
+	// 5. The tun device (a queue per worker), its addresses and routes.
 	// Offloads only for direct I/O: vhost-net attaches to a tun without
 	// IFF_VNET_HDR (platform/vhost_net.cpp).
 	const bool offload = tc.tun_offload && !tun_io.vhost;
-	platform::TunDevice tun = platform::open_tun(tc.interface, false, offload);
+	const bool multi_queue = n_workers > 1;
+	platform::TunDevice& tun = workers[0]->queue;
+	tun = platform::open_tun(tc.interface, multi_queue, offload);
+	for (unsigned w = 1; w < n_workers; w++)
+		workers[w]->queue = platform::open_tun(tun.name, true, offload);
 	info.interface = tun.name;
-	info.tun_offloads = offload          ? enable_offloads(tun)
+	info.tun_offloads = offload          ? enable_offloads(workers)
 	                    : tc.tun_offload ? "none (vhost rings)"
 	                                     : "none (tun_offload = false)";
 	platform::set_link_mtu(tun.ifindex, info.mtu);
@@ -288,53 +364,65 @@ void run_service(const conf::Config& config, const std::string& program) {
 	platform::NetConfigGuard net; // undone in reverse order on every exit path
 	install_routes(config, tun.ifindex, net);
 
-	// 6. Data plane on its own thread; control plane (signals, status socket) here.
-	DataPathStats stats;
-	TunIoStats tun_stats;
-	info.tun_io_stats = &tun_stats;
-	// The vhost rings need the tun and its MTU; a failure here is fatal for
-	// "vhost" and a fall-back for "auto", like one in step 2.
-	std::optional<VhostTun> vhost_tun;
+	// 6. The tun ports: vhost rings (a vhost-net device per worker) or the
+	// tun queue itself. A vhost failure is fatal for "vhost" and a fall-back
+	// to direct I/O for every worker with "auto", like one in step 2.
 	if (tun_io.vhost) {
 		try {
-			vhost_tun.emplace(std::move(*tun_io.vhost), tun.fd.get(), info.mtu,
-			                  tc.direct_write_max, tun_stats);
+			for (unsigned w = 0; w < n_workers; w++) {
+				Worker& wk = *workers[w];
+				platform::VhostNet dev =
+				    w == 0 ? std::move(*tun_io.vhost) : platform::VhostNet::open();
+				wk.vhost.emplace(std::move(dev), wk.queue.fd.get(), info.mtu,
+				                 tc.direct_write_max, wk.tun_stats);
+			}
 		} catch (const std::exception& e) {
 			if (tc.tun_io == conf::TunIo::vhost)
 				throw std::runtime_error(std::string("tun_io = \"vhost\": ") + e.what());
+			for (auto& wk : workers)
+				wk->vhost.reset();
 			info.tun_io_mode = "direct";
 			info.tun_io_reason = vhost_fallback_reason(e);
 			log::info("tun I/O: direct (" + info.tun_io_reason + ")");
 		}
 		tun_io.vhost.reset();
 	}
-	if (vhost_tun) log::info("tun I/O: vhost (" + info.tun_io_reason + ")");
-	std::optional<DirectTunPort> direct_tun;
-	std::optional<OffloadTunPort> offload_tun;
-	if (!vhost_tun && offload)
-		offload_tun.emplace(tun.fd.get(), info.mtu, tun_stats);
-	else if (!vhost_tun)
-		direct_tun.emplace(tun.fd.get(), &tun_stats);
-	TunPort& tun_port = vhost_tun     ? static_cast<TunPort&>(vhost_tun->port())
-	                    : offload_tun ? static_cast<TunPort&>(*offload_tun)
-	                                  : static_cast<TunPort&>(*direct_tun);
-	ControlServer control(io, tc.control_socket, [&] { return render_status(info, stats, table); });
-	DataPlane plane(table, tun_port, udp, stats);
-	std::jthread worker;
-	int worker_err = 0;
+	if (workers[0]->vhost) log::info("tun I/O: vhost (" + info.tun_io_reason + ")");
+	for (auto& wk : workers) {
+		if (!wk->vhost && offload)
+			wk->offload.emplace(wk->queue.fd.get(), info.mtu, wk->tun_stats);
+		else if (!wk->vhost)
+			wk->direct.emplace(wk->queue.fd.get(), &wk->tun_stats);
+		wk->plane = std::make_unique<DataPlane>(table, wk->port(), *wk->engine, wk->stats);
+	}
+
+	// 7. Data-path threads; the control plane (signals, status socket) here.
+	ControlServer control(io, tc.control_socket, [&] {
+		// Sum the workers' counters into one view.
+		DataPathStats stats;
+		TunIoStats tun_stats;
+		for (const auto& wk : workers) {
+			stats.add(wk->stats);
+			tun_stats.add(wk->tun_stats);
+		}
+		ServiceInfo view = info;
+		view.tun_io_stats = &tun_stats;
+		return render_status(view, stats, table);
+	});
 	{
 		BlockSignalsForThreads blocked;
-		worker = std::jthread([&] {
-			worker_err = plane.run(stop.get());
-			if (worker_err) io.stop(); // the gateway cannot forward: stop and say why
-		});
+		for (auto& wk : workers)
+			wk->thread = std::jthread([&io, &stop, w = wk.get()] {
+				w->err = w->plane->run(stop.get());
+				if (w->err) io.stop(); // the gateway cannot forward: stop and say why
+			});
 	}
-	// However the control loop ends (signal or exception), the worker is
-	// told to stop before it is joined.
-	struct StopWorker {
+	// However the control loop ends (signal or exception), the workers are
+	// told to stop before they are joined.
+	struct StopWorkers {
 		int fd;
-		~StopWorker() { platform::eventfd_signal(fd); }
-	} stop_worker{stop.get()};
+		~StopWorkers() { platform::eventfd_signal(fd); }
+	} stop_workers{stop.get()};
 	// Keep the sequence reservations ahead of the data path (seq_state.hpp).
 	asio::steady_timer seq_timer(io);
 	bool seq_failing = false;
@@ -354,11 +442,15 @@ void run_service(const conf::Config& config, const std::string& program) {
 	};
 	arm_seq_timer();
 	log::info(tun.name + " up: mtu " + std::to_string(info.mtu) + " (" + info.mtu_source +
-	          "), listening on " + info.listen + ", " + std::to_string(config.peers.size()) +
-	          " peer(s), control socket " + tc.control_socket);
+	          "), listening on " + info.listen + ", " + std::to_string(n_workers) + " worker(s), " +
+	          std::to_string(config.peers.size()) + " peer(s), control socket " + tc.control_socket);
 	io.run();
 	platform::eventfd_signal(stop.get());
-	worker.join();
+	int worker_err = 0;
+	for (auto& wk : workers) {
+		wk->thread.join();
+		if (wk->err) worker_err = wk->err;
+	}
 	if (!seq_state.save_exact())
 		log::error("cannot save the last sequence numbers: " + seq_state.error() +
 		           " (the next start skips ahead instead)");

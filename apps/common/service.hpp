@@ -28,13 +28,17 @@ struct ServiceInfo {
 	std::string listen;
 	std::string tun_io_mode;
 	std::string tun_io_reason;
-	unsigned direct_write_max = 0;             ///< as configured (used in vhost mode only)
-	std::string tun_offloads;                  ///< what the tun took: "csum tso4 ...", or why none
-	const TunIoStats* tun_io_stats = nullptr;  ///< the tun port's counters, once it exists
-	std::string crypto_impl;                   ///< as configured: auto, stitched or two-pass
-	const platform::UdpSocket* udp = nullptr;  ///< the underlay socket, once it exists
-	platform::BufferSizes udp_buffers;         ///< its buffer sizes as the kernel set them
-	const class SeqState* seq_state = nullptr; ///< the sequence number state file
+	unsigned direct_write_max = 0;                  ///< as configured (used in vhost mode only)
+	std::string tun_offloads;                       ///< what the tun took: "csum tso4 ...", or why none
+	const TunIoStats* tun_io_stats = nullptr;       ///< the tun port's counters, once it exists
+	std::string crypto_impl;                        ///< as configured: auto, stitched or two-pass
+	std::vector<const platform::UdpSocket*> udp;    ///< the underlay sockets, one per worker
+	unsigned workers = 0;                           ///< data-path threads
+	std::vector<const DataPathStats*> worker_stats; ///< each worker's own counters (status "per_worker")
+	std::string io_engine;                          ///< the underlay engine: "mmsg" or "uring"
+	std::string io_engine_reason;                   ///< why (auto), empty when asked for by name
+	platform::BufferSizes udp_buffers;              ///< its buffer sizes as the kernel set them
+	const class SeqState* seq_state = nullptr;      ///< the sequence number state file
 	std::chrono::steady_clock::time_point started;
 };
 

@@ -87,7 +87,16 @@ void write_tun_io(JsonWriter& j, const ServiceInfo& info) {
 void write_udp(JsonWriter& j, const ServiceInfo& info) {
 	j.key("udp").begin_object();
 	j.field("rcvbuf", int64_t(info.udp_buffers.rcv)).field("sndbuf", int64_t(info.udp_buffers.snd));
-	const platform::GsoStats g = info.udp ? info.udp->gso_stats() : platform::GsoStats{};
+	// Summed over the workers' sockets; GSO is off once any socket turned it off.
+	platform::GsoStats g;
+	g.enabled = !info.udp.empty();
+	for (const platform::UdpSocket* u : info.udp) {
+		const platform::GsoStats s = u->gso_stats();
+		g.enabled = g.enabled && s.enabled;
+		if (s.disabled_errno) g.disabled_errno = s.disabled_errno;
+		g.trains += s.trains;
+		g.segments += s.segments;
+	}
 	j.field("gso", g.enabled);
 	j.field("gso_off_reason", g.disabled_errno ? std::string(std::strerror(g.disabled_errno)) +
 	                                                 " from the kernel: switched off"
@@ -104,6 +113,19 @@ std::string render_status(const ServiceInfo& info, const DataPathStats& stats, c
 	j.field("program", info.program).field("interface", info.interface);
 	j.field("mtu", info.mtu).field("mtu_source", info.mtu_source).field("listen", info.listen);
 	write_tun_io(j, info);
+	j.field("workers", uint64_t(info.workers));
+	j.key("per_worker").begin_array();
+	for (const DataPathStats* w : info.worker_stats)
+		j.begin_object()
+		    .field("tun_rx_packets", w->tun_rx_packets.get())
+		    .field("tun_tx_packets", w->tun_tx_packets.get())
+		    .field("udp_rx_packets", w->udp_rx_packets.get())
+		    .field("udp_tx_packets", w->udp_tx_packets.get())
+		    .end_object();
+	j.end_array();
+	j.key("io_engine").begin_object();
+	j.field("name", info.io_engine).field("reason", info.io_engine_reason);
+	j.end_object();
 	write_udp(j, info);
 	if (info.seq_state)
 		j.key("seq_state")

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace esptun {
@@ -49,6 +50,28 @@ struct TunIoStats {
 	Counter gro_segments; ///< packets merged into them
 	Counter
 	    offload_errors; ///< packets from the tun whose offload header or layout was unusable (dropped)
+
+	/// add() - this += @o (the status sums the workers' counters)
+	void add(const TunIoStats& o) noexcept {
+		for (auto [mine, theirs] : {std::pair{&rx_ring_packets, &o.rx_ring_packets},
+		                            {&tx_ring_packets, &o.tx_ring_packets},
+		                            {&direct_writes, &o.direct_writes},
+		                            {&rx_kicks, &o.rx_kicks},
+		                            {&tx_kicks, &o.tx_kicks},
+		                            {&call_wakeups, &o.call_wakeups},
+		                            {&ring_full, &o.ring_full},
+		                            {&device_errors, &o.device_errors},
+		                            {&tun_reads, &o.tun_reads},
+		                            {&tun_writes, &o.tun_writes},
+		                            {&polls, &o.polls},
+		                            {&poll_waits, &o.poll_waits},
+		                            {&gso_reads, &o.gso_reads},
+		                            {&gso_segments, &o.gso_segments},
+		                            {&gro_writes, &o.gro_writes},
+		                            {&gro_segments, &o.gro_segments},
+		                            {&offload_errors, &o.offload_errors}})
+			mine->add(theirs->get());
+	}
 };
 
 /// One packet read from the tun: the inner packet sits at esp::kHeadroom in

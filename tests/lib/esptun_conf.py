@@ -62,6 +62,8 @@ class Endpoint:
     # None: a folder next to the config file (the test's temporary folder),
     # never the system's /var/lib/esptun.
     state_dir: str = None
+    workers: int = None  # None: the gateway's default (one per CPU)
+    io_engine: str = None  # None: auto
 
     def render(self):
         return render(self)
@@ -98,6 +100,10 @@ def render(ep):
     ]
     if ep.state_dir:
         lines.append(f'state_dir = "{ep.state_dir}"')
+    if ep.workers is not None:
+        lines.append(f"workers = {ep.workers}")
+    if ep.io_engine is not None:
+        lines.append(f'io_engine = "{ep.io_engine}"')
     for p in ep.peers:
         aead = SUITES[p.cipher]["aead"]
         lines += ["", "[[peer]]", f'name = "{p.name}"']

@@ -165,6 +165,7 @@ GW=/bin/esptun-gateway
 json_str() { echo "$1" | tr ',' '\n' | sed -n "s/^\"$2\":\"\([^\"]*\)\"$/\1/p"; }
 
 # write_conf NS LOCAL_INNER PEER_INNER PEER_UNDERLAY OUT_VAR IN_VAR TUN_IO DWM
+# ($WORKERS, when set: the workers key)
 write_conf() {
 	{
 		echo "[tunnel]"
@@ -173,6 +174,7 @@ write_conf() {
 		echo 'listen = "0.0.0.0:4500"'
 		echo "tun_io = \"$7\""
 		[ -n "$8" ] && echo "direct_write_max = $8"
+		[ -n "${WORKERS:-}" ] && echo "workers = $WORKERS"
 		echo "control_socket = \"/run/esptun/$1.sock\""
 		echo "[[peer]]"
 		echo 'name = "peer"'

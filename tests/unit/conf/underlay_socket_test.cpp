@@ -33,3 +33,26 @@ TEST_CASE("socket_buffer defaults to 4 MiB and takes 64 KiB up to 1 GiB") {
 	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "socket_buffer = \"4M\""), Role::gateway, 7,
 	                   "must be an integer");
 }
+
+TEST_CASE("workers: 0 (one per CPU) by default, 0..64 accepted") {
+	CHECK(parse_config(gateway_lines().text(), "test.toml", Role::gateway).tunnel.workers == 0);
+	CHECK(tunnel_with("workers = 2").workers == 2);
+	CHECK(tunnel_with("workers = 64").workers == 64);
+	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "workers = 65"), Role::gateway, 7,
+	                   "use 0 (one per CPU) up to 64");
+	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "workers = -1"), Role::gateway, 7, "out of range");
+}
+
+TEST_CASE("io_engine: auto by default, uring or mmsg by name") {
+	CHECK(parse_config(gateway_lines().text(), "test.toml", Role::gateway).tunnel.io_engine ==
+	      IoEngine::automatic);
+	CHECK(tunnel_with("io_engine = \"uring\"").io_engine == IoEngine::uring);
+	CHECK(tunnel_with("io_engine = \"mmsg\"").io_engine == IoEngine::mmsg);
+	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "io_engine = \"epoll\""), Role::gateway, 7,
+	                   "use \"auto\", \"uring\" or \"mmsg\"");
+}
+
+TEST_CASE("tun_offload: on by default, can be switched off") {
+	CHECK(parse_config(gateway_lines().text(), "test.toml", Role::gateway).tunnel.tun_offload);
+	CHECK_FALSE(tunnel_with("tun_offload = false").tun_offload);
+}

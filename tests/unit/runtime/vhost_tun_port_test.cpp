@@ -325,7 +325,8 @@ TEST_CASE("data plane over a vhost port: ESP in both directions, receive buffers
 	DataPlane plane_a(table_a, tun_a_plane.get(), udp_a, stats_a); // direct
 	Bed bed(0); // b: vhost, every packet through the ring
 	bed.port->start();
-	DataPlane plane_b(table_b, *bed.port, udp_b, stats_b);
+	platform::MmsgEngine engine_b(udp_b);
+	DataPlane plane_b(table_b, *bed.port, engine_b, stats_b);
 
 	// a -> b: 12 packets (more than the ring of 8 holds) arrive in b's TX ring.
 	std::vector<std::vector<uint8_t>> sent;
@@ -435,7 +436,8 @@ TEST_CASE("tun-side system call counters: one per read()/write()/kick/call read,
 		DataPathStats stats;
 		Bed bed(4);
 		bed.port->start();
-		DataPlane plane(table, *bed.port, udp, stats);
+		platform::MmsgEngine engine(udp);
+		DataPlane plane(table, *bed.port, engine, stats);
 		platform::UniqueFd stop = platform::make_eventfd();
 		platform::eventfd_signal(stop.get()); // the first poll() returns at once
 		CHECK(plane.run(stop.get()) == 0);

@@ -24,7 +24,8 @@
 # busy building: ~21 s per case, the whole scenario ~90 s wall; the transfer
 # has XFER_TIMEOUT=150 s per case and run-vm kills qemu after 300 s),
 # esptun.vhost_cases=a,b (a subset of
-# "vhost vhost-ring direct"), esptun.vhost_pings=N (one-in-flight pings,
+# "vhost vhost-ring vhost-2w direct"; vhost-2w: vhost with workers = 2, i.e.
+# two tun queues, each with its own vhost-net device), esptun.vhost_pings=N (one-in-flight pings,
 # default 20, 0.3 s apart).
 #
 # vm-requires: esptun-gateway
@@ -32,7 +33,7 @@
 NAME=vhost
 A=a B=b
 XFER_KB=$(cmdline_opt vhost_xfer_kb 20480)
-cases=$(cmdline_opt vhost_cases "vhost vhost-ring direct" | tr ',' ' ')
+cases=$(cmdline_opt vhost_cases "vhost vhost-ring vhost-2w direct" | tr ',' ' ')
 PINGS=$(cmdline_opt vhost_pings 20)
 XFER_TIMEOUT=150
 fail=0
@@ -141,6 +142,12 @@ run_case() {
 	for ns in $A $B; do
 		tun_io $ns
 		detail="$detail [$T_LINE]"
+		if [ -n "${WORKERS:-}" ]; then
+			# Two workers: two tun queues, each with its own vhost-net device.
+			w=$($IP netns exec $ns $GW status -c /tmp/$ns.toml | tr -d ' \n' | sed -n 's/.*"workers":\([0-9]*\).*/\1/p')
+			[ "$w" = "$WORKERS" ] || why="$why $ns:workers=${w:-?}(want $WORKERS)"
+			detail="$detail workers=$w"
+		fi
 		[ "${T_DEVERR:-1}" = 0 ] || why="$why $ns:device_errors=${T_DEVERR:-?}"
 		case $mode in
 		vhost)
@@ -183,6 +190,7 @@ for c in $cases; do
 	case $c in
 	vhost) run_case vhost vhost "" || fail=1 ;;
 	vhost-ring) run_case vhost-ring vhost 0 auto || fail=1 ;;
+	vhost-2w) WORKERS=2 run_case vhost-2w vhost "" || fail=1 ;;
 	direct) run_case direct direct "" || fail=1 ;;
 	*) echo "RESULT $c FAIL unknown case" && fail=1 ;;
 	esac
