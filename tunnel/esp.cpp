@@ -80,7 +80,8 @@ bool inner_address(std::span<const uint8_t> pkt, bool source, IpAddress& out) no
 	return false;
 }
 
-OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t inner_len) noexcept {
+OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t inner_len,
+                           size_t worker) noexcept {
 	if (buf.size() < esp::kHeadroom + esp::kTailroom ||
 	    inner_len > buf.size() - esp::kHeadroom - esp::kTailroom)
 		return out_drop(Drop::too_big);
@@ -128,15 +129,16 @@ OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t 
 	std::span<uint8_t> packet = buf.subspan(start, esp::kHeaderLen + spec.iv_len + padded + spec.icv_len);
 
 	// 5. IV, encryption and ICV.
-	sa.transform->seal(packet, seq);
+	// This worker's own transform: OpenSSL contexts are not shared between threads.
+	sa.transforms[worker < sa.transforms.size() ? worker : 0]->seal(packet, seq);
 	sa.note_sent(seq);
 	sa.packets.add();
 	sa.bytes.add(inner_len);
 	return {Verdict::forward, Drop::malformed, peer, packet, *to};
 }
 
-InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const Endpoint& src,
-                          int64_t now_ms) noexcept {
+InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const Endpoint& src, int64_t now_ms,
+                          size_t worker) noexcept {
 	// 1. Not ESP: NAT keepalive or an IKE packet behind the non-ESP marker
 	// (RFC 3948 sections 2.2, 2.3). A zero SPI is never valid ESP.
 	if (dgram.size() == 1 && dgram[0] == esp::kNatKeepalive) return in_ignore(Ignore::nat_keepalive);
@@ -167,7 +169,8 @@ InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const 
 		seq = sa->replay.check(seq_lo);
 	}
 	if (!seq) return in_drop(Drop::replay, peer);
-	if (!sa->transform->open(dgram, uint32_t(*seq >> 32))) return in_drop(Drop::auth_failed, peer);
+	crypto::EspTransform& t = *sa->transforms[worker < sa->transforms.size() ? worker : 0];
+	if (!t.open(dgram, uint32_t(*seq >> 32))) return in_drop(Drop::auth_failed, peer);
 	bool newest;
 	{
 		std::lock_guard lock(sa->replay_lock);

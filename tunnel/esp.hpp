@@ -46,7 +46,8 @@ struct InboundResult {
  * @inner_len: length of the inner packet
  * Return: forward with the datagram (a subspan of @buf), or the drop reason.
  */
-OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t inner_len) noexcept;
+OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t inner_len,
+                           size_t worker = 0) noexcept;
 
 /**
  * decapsulate() - check, authenticate and decrypt one received datagram in place.
@@ -55,8 +56,8 @@ OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t 
  * @src:     where it came from (becomes the peer's endpoint if it moved)
  * @now_ms:  wall-clock milliseconds, for the peer's last-packet time
  */
-InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const Endpoint& src,
-                          int64_t now_ms) noexcept;
+InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const Endpoint& src, int64_t now_ms,
+                          size_t worker = 0) noexcept;
 
 /// Parses the destination (or source) address of an IPv4/IPv6 packet; false if malformed.
 bool inner_address(std::span<const uint8_t> pkt, bool source, IpAddress& out) noexcept;

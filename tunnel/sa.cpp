@@ -44,7 +44,8 @@ std::optional<Endpoint> Peer::endpoint() const noexcept {
 	return ep;
 }
 
-SaTable::SaTable(const std::vector<PeerParams>& params) {
+SaTable::SaTable(const std::vector<PeerParams>& params, size_t workers) {
+	if (workers == 0) throw std::invalid_argument("an SA table needs at least one worker");
 	for (const PeerParams& p : params) {
 		auto peer = std::make_unique<Peer>();
 		peer->name = p.name;
@@ -55,13 +56,15 @@ SaTable::SaTable(const std::vector<PeerParams>& params) {
 
 		peer->out.spi = p.out.spi;
 		peer->out.esn = p.esn;
-		peer->out.transform =
-		    crypto::make_esp_transform(p.cipher, p.out.enc_key, p.out.auth_key, p.esn, p.impl);
+		for (size_t w = 0; w < workers; w++)
+			peer->out.transforms.push_back(crypto::make_esp_transform(
+			    p.cipher, p.out.enc_key, p.out.auth_key, p.esn, p.impl));
 
 		peer->in = std::make_unique<InboundSa>(p.replay_window, p.esn);
 		peer->in->spi = p.in.spi;
-		peer->in->transform =
-		    crypto::make_esp_transform(p.cipher, p.in.enc_key, p.in.auth_key, p.esn, p.impl);
+		for (size_t w = 0; w < workers; w++)
+			peer->in->transforms.push_back(
+			    crypto::make_esp_transform(p.cipher, p.in.enc_key, p.in.auth_key, p.esn, p.impl));
 		peer->in->peer = peer.get();
 		if (!by_spi_.emplace(p.in.spi, peer->in.get()).second)
 			throw std::invalid_argument("peer " + p.name + ": inbound SPI " +

@@ -48,7 +48,9 @@ struct PeerParams {
 struct OutboundSa {
 	uint32_t spi = 0;
 	bool esn = true;
-	std::unique_ptr<crypto::EspTransform> transform;
+	/// One transform per data-path worker: a transform holds OpenSSL
+	/// contexts and IV state that one thread at a time may use.
+	std::vector<std::unique_ptr<crypto::EspTransform>> transforms;
 	std::atomic<uint64_t> next_seq{1}; ///< the next number to take
 	std::atomic<uint64_t> last_seq{0}; ///< the highest number taken and sealed so far
 	/// The highest sequence number the data path may use: what the state file
@@ -84,7 +86,7 @@ private:
 
 struct InboundSa {
 	uint32_t spi = 0;
-	std::unique_ptr<crypto::EspTransform> transform;
+	std::vector<std::unique_ptr<crypto::EspTransform>> transforms; ///< one per worker, as OutboundSa's
 	ReplayWindow replay; ///< under replay_lock (check, then commit after the ICV)
 	mutable SpinLock replay_lock;
 	std::atomic<uint64_t> highest_seq{0}; ///< published copy for status
@@ -136,7 +138,8 @@ class SaTable {
 public:
 	/// Builds SAs and transforms; throws std::invalid_argument on keys that
 	/// do not fit the cipher, duplicate SPIs or overlapping allowed_ips.
-	explicit SaTable(const std::vector<PeerParams>& peers);
+	/// @workers: data-path threads; each SA gets a transform for each.
+	explicit SaTable(const std::vector<PeerParams>& peers, size_t workers = 1);
 
 	/// Outbound: the peer whose allowed_ips best match @dst.
 	Peer* route(const IpAddress& dst) const noexcept { return allowed_.lookup(dst); }

@@ -32,7 +32,7 @@ public:
 	              std::string(crypto::cipher_spec(cipher).name), "", false, false),
 	      table_(params(cipher, impl)), peer_(*table_.peers().front()), buf_(esp::kBufferSize),
 	      inner_(random_bytes(kMaxSize)) {
-		impl_ = std::string(peer_.out.transform->impl_name());
+		impl_ = std::string(peer_.out.transforms[0]->impl_name());
 		pristine_.resize(esp::kBufferSize);
 		work_.resize(esp::kBufferSize);
 	}
@@ -61,7 +61,7 @@ public:
 	}
 
 	void seal(uint64_t n) noexcept override {
-		crypto::EspTransform& t = *peer_.out.transform;
+		crypto::EspTransform& t = *peer_.out.transforms[0];
 		const std::span<uint8_t> pkt(buf_.data() + off_, len_);
 		for (uint64_t i = 0; i < n; i++)
 			t.seal(pkt, seq_++);
@@ -69,7 +69,7 @@ public:
 
 	bool can_open() const noexcept override { return true; }
 	void copy_open(uint64_t n) noexcept override {
-		crypto::EspTransform& t = *peer_.in->transform;
+		crypto::EspTransform& t = *peer_.in->transforms[0];
 		const std::span<uint8_t> pkt(work_.data() + off_, len_);
 		for (uint64_t i = 0; i < n; i++) {
 			std::memcpy(work_.data() + off_, pristine_.data() + off_, len_);
@@ -99,8 +99,8 @@ private:
 	// The check in prepare(): the pristine copy must open with the ESN high half.
 	bool open_once() {
 		std::memcpy(work_.data() + off_, pristine_.data() + off_, len_);
-		return peer_.in->transform->open(std::span(work_.data() + off_, len_),
-		                                 uint32_t(kFirstSeq >> 32));
+		return peer_.in->transforms[0]->open(std::span(work_.data() + off_, len_),
+		                                     uint32_t(kFirstSeq >> 32));
 	}
 
 	SaTable table_;

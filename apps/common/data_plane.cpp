@@ -44,8 +44,9 @@ bool wait_writable(int fd, int ms) noexcept {
 
 } // namespace
 
-DataPlane::DataPlane(const SaTable& table, TunPort& tun, platform::UdpEngine& udp, DataPathStats& stats)
-    : table_(table), tun_(tun), udp_(udp), stats_(stats) {
+DataPlane::DataPlane(const SaTable& table, TunPort& tun, platform::UdpEngine& udp, DataPathStats& stats,
+                     size_t worker)
+    : table_(table), tun_(tun), udp_(udp), stats_(stats), worker_(worker) {
 	watch_sources();
 }
 
@@ -103,7 +104,7 @@ void DataPlane::outbound_batch() noexcept {
 	size_t n = 0;
 	for (size_t i = 0; i < got; i++) {
 		stats_.tun_rx_packets.add();
-		OutboundResult res = encapsulate(table_, tun_packets_[i].buf, tun_packets_[i].len);
+		OutboundResult res = encapsulate(table_, tun_packets_[i].buf, tun_packets_[i].len, worker_);
 		if (res.verdict != Verdict::forward) {
 			stats_.drop(res.drop);
 			continue;
@@ -145,7 +146,7 @@ void DataPlane::inbound_batch() noexcept {
 			stats_.drop(Drop::malformed);
 			continue;
 		}
-		InboundResult res = decapsulate(table_, slot.buf.first(slot.len), slot.from, now);
+		InboundResult res = decapsulate(table_, slot.buf.first(slot.len), slot.from, now, worker_);
 		if (res.verdict == Verdict::drop)
 			stats_.drop(res.drop);
 		else if (res.verdict == Verdict::ignore)

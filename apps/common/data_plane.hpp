@@ -27,9 +27,11 @@ public:
 	 * @tun:   the tun side (outlives the data plane)
 	 * @udp:   the underlay socket's engine (platform/udp_engine.hpp)
 	 * @stats: counters this worker writes
+	 * @worker: this worker's index: which of each SA's transforms it uses
 	 * Throws SystemError when the epoll set cannot be made.
 	 */
-	DataPlane(const SaTable& table, TunPort& tun, platform::UdpEngine& udp, DataPathStats& stats);
+	DataPlane(const SaTable& table, TunPort& tun, platform::UdpEngine& udp, DataPathStats& stats,
+	          size_t worker = 0);
 
 	/// DataPlane() - direct read()/write() on @tun_fd (non-blocking) and
 	/// recvmmsg()/sendmmsg() on @udp (tests)
@@ -64,6 +66,7 @@ private:
 	TunPort& tun_;
 	platform::UdpEngine& udp_;
 	DataPathStats& stats_;
+	size_t worker_ = 0;
 	std::array<TunPacket, kBatch> tun_packets_{};
 	std::array<platform::SendSlot, kBatch> send_slots_{};
 	std::array<TunWrite, kBatch> tun_writes_{};

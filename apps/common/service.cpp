@@ -236,7 +236,7 @@ SeqState open_seq_state(const conf::TunnelConfig& tc, SaTable& table) {
 void log_crypto_choice(const conf::Config& config, const SaTable& table) {
 	for (const auto& peer : table.peers()) {
 		if (peer->spec->aead) continue;
-		std::string impl(peer->out.transform->impl_name());
+		std::string impl(peer->out.transforms[0]->impl_name());
 		std::string why = impl == "stitched"
 		                      ? std::string("CPU path ") + std::string(crypto::stitched_variant())
 		                  : config.tunnel.crypto_impl == crypto::CryptoImpl::two_pass
@@ -288,7 +288,10 @@ void run_service(const conf::Config& config, const std::string& program) {
 	info.listen = to_string(tc.listen);
 
 	// 1. Keys and SAs first: a bad key must fail before any device exists.
-	SaTable table(peer_params(config));
+	// Each SA gets one transform per worker.
+	const unsigned n_workers = tc.workers ? tc.workers : usable_cpus();
+	info.workers = n_workers;
+	SaTable table(peer_params(config), n_workers);
 	info.crypto_impl = crypto::crypto_impl_name(tc.crypto_impl);
 	log_crypto_choice(config, table);
 	SeqState seq_state = open_seq_state(tc, table);
@@ -305,8 +308,6 @@ void run_service(const conf::Config& config, const std::string& program) {
 
 	// 3. Underlay sockets before the tun, so a busy port fails early: one
 	// per worker on the same port (SO_REUSEPORT), each behind its engine.
-	const unsigned n_workers = tc.workers ? tc.workers : usable_cpus();
-	info.workers = n_workers;
 	std::vector<std::unique_ptr<Worker>> workers;
 	for (unsigned w = 0; w < n_workers; w++) {
 		auto wk = std::make_unique<Worker>();
@@ -388,12 +389,13 @@ void run_service(const conf::Config& config, const std::string& program) {
 		tun_io.vhost.reset();
 	}
 	if (workers[0]->vhost) log::info("tun I/O: vhost (" + info.tun_io_reason + ")");
-	for (auto& wk : workers) {
+	for (size_t w = 0; w < workers.size(); w++) {
+		Worker* wk = workers[w].get();
 		if (!wk->vhost && offload)
 			wk->offload.emplace(wk->queue.fd.get(), info.mtu, wk->tun_stats);
 		else if (!wk->vhost)
 			wk->direct.emplace(wk->queue.fd.get(), &wk->tun_stats);
-		wk->plane = std::make_unique<DataPlane>(table, wk->port(), *wk->engine, wk->stats);
+		wk->plane = std::make_unique<DataPlane>(table, wk->port(), *wk->engine, wk->stats, w);
 	}
 
 	// 7. Data-path threads; the control plane (signals, status socket) here.

@@ -32,7 +32,7 @@ void write_peer(JsonWriter& j, const Peer& peer) {
 	j.field("endpoint_changes", peer.endpoint_changes.get());
 	j.field("last_rx_unix_ms", int64_t(peer.last_rx_unix_ms.load(std::memory_order_relaxed)));
 	j.field("cipher", peer.spec->name);
-	j.field("crypto_impl", peer.out.transform->impl_name());
+	j.field("crypto_impl", peer.out.transforms[0]->impl_name());
 	j.field("esn", peer.out.esn);
 	j.key("allowed_ips").begin_array();
 	for (const IpPrefix& p : peer.allowed_ips)

@@ -215,7 +215,7 @@ void sealed_record(World& w, Input& in) {
 	size_t align = s.spec->align;
 	pt.resize((pt.size() + align - 1) / align * align, 0);
 	if (pt.empty()) pt.resize(align, 0);
-	Bytes d = test::seal_esp(*s.out.transform, s.out.spi, seq, pt);
+	Bytes d = test::seal_esp(*s.out.transforms[0], s.out.spi, seq, pt);
 	receive(w, d, kSources[(flags >> 2) & 3]);
 }
 
