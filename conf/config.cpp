@@ -41,9 +41,9 @@ namespace {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
 constexpr std::string_view kTunnelKeys[] = {
-    "interface",      "addresses", "listen",           "mtu",         "tun_io",
-    "control_socket", "route_all", "direct_write_max", "crypto_impl", "udp_gso",
-    "socket_buffer",  "state_dir", "tun_offload",      "workers",     "io_engine"};
+    "interface",   "addresses",        "listen",      "mtu",     "tun_io",        "control_socket",
+    "route_all",   "direct_write_max", "crypto_impl", "udp_gso", "socket_buffer", "state_dir",
+    "tun_offload", "workers",          "io_engine",   "udp_gro"};
 constexpr std::string_view kPeerKeys[] = {"name", "endpoint",      "allowed_ips", "cipher",
                                           "esn",  "replay_window", "out",         "in"};
 constexpr std::string_view kSaKeys[] = {"spi",          "key",      "key_file",     "enc_key",
@@ -386,6 +386,7 @@ void Loader::parse_tunnel(const toml::table& t) {
 	}
 
 	if (auto v = get_bool(t, "udp_gso", where)) tc.udp_gso = v->value;
+	if (auto v = get_bool(t, "udp_gro", where)) tc.udp_gro = v->value;
 	if (auto v = get_bool(t, "tun_offload", where)) tc.tun_offload = v->value;
 	if (auto v = get_string(t, "io_engine", where)) {
 		if (v->value == "auto")

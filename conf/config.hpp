@@ -71,6 +71,10 @@ struct TunnelConfig {
 	/// Send same-sized datagrams to one peer as UDP GSO trains (switched off
 	/// at run time when the kernel cannot; see platform/udp_socket.hpp)
 	bool udp_gso = true;
+	/// Receive same-sized datagrams from one peer as one UDP GRO buffer
+	/// (direct tun I/O with the mmsg engine; off with vhost rings, whose
+	/// receive buffers are one packet long)
+	bool udp_gro = true;
 	/// direct tun I/O: IFF_VNET_HDR + TUNSETOFFLOAD, so the kernel hands over
 	/// and takes TCP/UDP super-packets (apps/common/offload_tun_port.hpp)
 	bool tun_offload = true;

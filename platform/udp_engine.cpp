@@ -97,6 +97,12 @@ BatchResult MmsgEngine::recv_batch(std::span<RecvSlot> slots) noexcept {
 	std::array<mmsghdr, kMaxBatch> msgs;
 	std::array<iovec, kMaxBatch> iov;
 	std::array<sockaddr_storage, kMaxBatch> addrs;
+	// UDP_GRO: the segment size of a coalesced train comes as a control message.
+	struct alignas(cmsghdr) GroControl {
+		uint8_t bytes[CMSG_SPACE(sizeof(int))];
+	};
+	std::array<GroControl, kMaxBatch> ctrl;
+	const bool gro = socket().gro_on();
 	for (size_t i = 0; i < n; i++) {
 		iov[i] = {slots[i].buf.data(), slots[i].buf.size()};
 		msgs[i] = {};
@@ -104,6 +110,10 @@ BatchResult MmsgEngine::recv_batch(std::span<RecvSlot> slots) noexcept {
 		msgs[i].msg_hdr.msg_namelen = sizeof addrs[i];
 		msgs[i].msg_hdr.msg_iov = &iov[i];
 		msgs[i].msg_hdr.msg_iovlen = 1;
+		if (gro) {
+			msgs[i].msg_hdr.msg_control = ctrl[i].bytes;
+			msgs[i].msg_hdr.msg_controllen = sizeof ctrl[i].bytes;
+		}
 	}
 	int r;
 	do {
@@ -118,6 +128,15 @@ BatchResult MmsgEngine::recv_batch(std::span<RecvSlot> slots) noexcept {
 		s.len = msgs[i].msg_len;
 		s.truncated = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
 		s.from = from_sockaddr(addrs[i], msgs[i].msg_hdr.msg_namelen).value_or(Endpoint{});
+		s.segment = 0;
+		if (!gro) continue;
+		for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c; c = CMSG_NXTHDR(&msgs[i].msg_hdr, c))
+			if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+			    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+				int size = 0;
+				std::memcpy(&size, CMSG_DATA(c), sizeof size);
+				if (size > 0 && size_t(size) < s.len) s.segment = uint16_t(size);
+			}
 	}
 	return {static_cast<size_t>(r), 0};
 }

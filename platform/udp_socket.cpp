@@ -3,6 +3,7 @@
 #include "platform/udp_socket.hpp"
 
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 
 #include "platform/sockaddr.hpp"
@@ -123,8 +124,15 @@ BatchResult UdpSocket::send_batch(std::span<const SendSlot> slots) noexcept {
 }
 
 UdpSocket::UdpSocket(UdpSocket&& o) noexcept
-    : fd_(std::move(o.fd_)), family_(o.family_), gso_on_(o.gso_on_.load()), gso_errno_(o.gso_errno_.load()),
-      gso_trains_(o.gso_trains_.load()), gso_segments_(o.gso_segments_.load()) {}
+    : fd_(std::move(o.fd_)), family_(o.family_), gso_on_(o.gso_on_.load()), gro_on_(o.gro_on_.load()),
+      gso_errno_(o.gso_errno_.load()), gso_trains_(o.gso_trains_.load()),
+      gso_segments_(o.gso_segments_.load()) {}
+
+bool UdpSocket::enable_gro() noexcept {
+	if (set_int_option(fd_.get(), SOL_UDP, UDP_GRO, 1) != 0) return false;
+	gro_on_.store(true, std::memory_order_relaxed);
+	return true;
+}
 
 GsoStats UdpSocket::gso_stats() const noexcept {
 	return {gso_on_.load(std::memory_order_relaxed), gso_errno_.load(std::memory_order_relaxed),

@@ -24,6 +24,9 @@ struct RecvSlot {
 	size_t len = 0;         ///< out: bytes stored in buf
 	bool truncated = false; ///< out: the datagram was longer than buf (drop it)
 	Endpoint from;          ///< out: sender; IPv4-mapped senders come out as IPv4
+	/// out, UDP GRO (UdpSocket::enable_gro()): buf holds back-to-back datagrams
+	/// of this many bytes, the last one possibly shorter; 0: one datagram
+	uint16_t segment = 0;
 };
 
 /// One datagram to send.
@@ -118,6 +121,17 @@ public:
 
 	/// set_gso() - send trains with UDP_SEGMENT (the default) or never
 	void set_gso(bool on) noexcept { gso_on_.store(on, std::memory_order_relaxed); }
+	/**
+	 * enable_gro() - let the kernel hand over a train of same-sized datagrams
+	 * from one sender as one buffer (UDP_GRO, Linux 5.0)
+	 *
+	 * recv_batch() then reports RecvSlot::segment; receive buffers must be
+	 * 64 KiB or a train comes out truncated. Return: false when the kernel
+	 * refused (nothing changes then).
+	 */
+	bool enable_gro() noexcept;
+	/// gro_on() - enable_gro() succeeded
+	bool gro_on() const noexcept { return gro_on_.load(std::memory_order_relaxed); }
 	/// gso_stats() - what GSO did so far
 	GsoStats gso_stats() const noexcept;
 	/// gso_on() - whether send_batch() may send trains now (for the engines)
@@ -145,6 +159,7 @@ private:
 	Family family_;
 	// Written by the sending thread only, read by anyone (status).
 	std::atomic<bool> gso_on_{true};
+	std::atomic<bool> gro_on_{false};
 	std::atomic<int> gso_errno_{0};
 	std::atomic<uint64_t> gso_trains_{0}, gso_segments_{0};
 };

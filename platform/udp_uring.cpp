@@ -299,6 +299,7 @@ BatchResult UringEngine::recv_multishot(std::span<RecvSlot> slots) noexcept {
 					std::memcpy(s.buf.data(), io_uring_recvmsg_payload(out, &r.ms), len);
 					s.len = len;
 					s.truncated = (out->flags & MSG_TRUNC) != 0 || avail > s.buf.size();
+					s.segment = 0; // no UDP_GRO on this engine
 					sockaddr_storage sa;
 					const socklen_t namelen = std::min(out->namelen, r.ms.msg_namelen);
 					std::memcpy(&sa, io_uring_recvmsg_name(out), namelen);
@@ -351,6 +352,7 @@ BatchResult UringEngine::recv_oneshot(std::span<RecvSlot> slots) noexcept {
 		RecvSlot& s = slots[k];
 		s.len = static_cast<size_t>(res[k]);
 		s.truncated = (hdr[k].msg_flags & MSG_TRUNC) != 0;
+		s.segment = 0;
 		s.from = from_sockaddr(addrs[k], hdr[k].msg_namelen).value_or(Endpoint{});
 	}
 	const int err = k < n ? -res[k] : 0;

@@ -91,6 +91,7 @@ struct DataPathStats {
 	std::array<Counter, kIgnoreKinds> ignored{};
 	Counter tun_rx_packets, tun_tx_packets; ///< inner packets read from / written to the tun
 	Counter udp_rx_packets, udp_tx_packets; ///< datagrams received / sent on the underlay
+	Counter udp_gro_buffers;                ///< receive buffers that held a UDP GRO train
 
 	void drop(Drop d) noexcept { drops[static_cast<size_t>(d)].add(); }
 	/// add() - this += @o (the status sums the workers' counters)
@@ -103,6 +104,7 @@ struct DataPathStats {
 		tun_tx_packets.add(o.tun_tx_packets.get());
 		udp_rx_packets.add(o.udp_rx_packets.get());
 		udp_tx_packets.add(o.udp_tx_packets.get());
+		udp_gro_buffers.add(o.udp_gro_buffers.get());
 	}
 	void ignore(Ignore i) noexcept { ignored[static_cast<size_t>(i)].add(); }
 	uint64_t drops_of(Drop d) const noexcept { return drops[static_cast<size_t>(d)].get(); }

@@ -20,6 +20,7 @@
 #include "platform/error.hpp"
 #include "tunnel/esp.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 #include <poll.h>
@@ -139,25 +140,42 @@ void DataPlane::inbound_batch() noexcept {
 	if (r.count == 0) return;
 	int64_t now = wall_ms();
 	size_t n = 0;
+	auto flush = [&] {
+		if (n == 0) return;
+		const size_t failed = tun_.write_batch({tun_writes_.data(), n});
+		stats_.tun_tx_packets.add(n - failed);
+		stats_.drops[size_t(Drop::tun_write_error)].add(failed);
+		n = 0;
+	};
 	for (size_t i = 0; i < r.count; i++) {
 		platform::RecvSlot& slot = slots[i];
-		stats_.udp_rx_packets.add();
 		if (slot.truncated) {
+			stats_.udp_rx_packets.add();
 			stats_.drop(Drop::malformed);
 			continue;
 		}
-		InboundResult res = decapsulate(table_, slot.buf.first(slot.len), slot.from, now, worker_);
-		if (res.verdict == Verdict::drop)
-			stats_.drop(res.drop);
-		else if (res.verdict == Verdict::ignore)
-			stats_.ignore(res.ignore);
-		else
-			tun_writes_[n++] = {i, res.inner};
+		// UDP GRO: a train of same-sized datagrams in one buffer, each
+		// decapsulated in place where it lies.
+		const size_t step = slot.segment ? slot.segment : slot.len;
+		if (slot.segment) stats_.udp_gro_buffers.add();
+		for (size_t off = 0; off < slot.len || off == 0; off += step) {
+			stats_.udp_rx_packets.add();
+			const size_t len = std::min(step, slot.len - off);
+			InboundResult res =
+			    decapsulate(table_, slot.buf.subspan(off, len), slot.from, now, worker_);
+			if (res.verdict == Verdict::drop) {
+				stats_.drop(res.drop);
+			} else if (res.verdict == Verdict::ignore) {
+				stats_.ignore(res.ignore);
+			} else {
+				if (n == tun_writes_.size())
+					flush(); // only with GRO: one datagram per slot fits
+				tun_writes_[n++] = {i, res.inner};
+			}
+			if (step == 0) break;
+		}
 	}
-	if (n == 0) return;
-	const size_t failed = tun_.write_batch({tun_writes_.data(), n});
-	stats_.tun_tx_packets.add(n - failed);
-	stats_.drops[size_t(Drop::tun_write_error)].add(failed);
+	flush();
 }
 
 } // namespace esptun

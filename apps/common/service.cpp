@@ -391,6 +391,11 @@ void run_service(const conf::Config& config, const std::string& program) {
 	if (workers[0]->vhost) log::info("tun I/O: vhost (" + info.tun_io_reason + ")");
 	for (size_t w = 0; w < workers.size(); w++) {
 		Worker* wk = workers[w].get();
+		// UDP GRO needs 64 KiB receive buffers (the direct ports have them)
+		// and the engine that reads its control message (mmsg).
+		if (tc.udp_gro && !wk->vhost && std::string_view(wk->engine->name()) == "mmsg" &&
+		    !wk->udp->enable_gro() && w == 0)
+			log::warn("UDP GRO refused by the kernel; receiving datagram by datagram");
 		if (!wk->vhost && offload)
 			wk->offload.emplace(wk->queue.fd.get(), info.mtu, wk->tun_stats);
 		else if (!wk->vhost)

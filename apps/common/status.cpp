@@ -98,6 +98,10 @@ void write_udp(JsonWriter& j, const ServiceInfo& info) {
 		g.segments += s.segments;
 	}
 	j.field("gso", g.enabled);
+	bool gro = !info.udp.empty();
+	for (const platform::UdpSocket* u : info.udp)
+		gro = gro && u->gro_on();
+	j.field("gro", gro);
 	j.field("gso_off_reason", g.disabled_errno ? std::string(std::strerror(g.disabled_errno)) +
 	                                                 " from the kernel: switched off"
 	                                           : std::string(g.enabled ? "" : "udp_gso = false"));
@@ -144,6 +148,7 @@ std::string render_status(const ServiceInfo& info, const DataPathStats& stats, c
 	    .field("tun_tx_packets", stats.tun_tx_packets.get());
 	j.field("udp_rx_packets", stats.udp_rx_packets.get())
 	    .field("udp_tx_packets", stats.udp_tx_packets.get());
+	j.field("udp_gro_buffers", stats.udp_gro_buffers.get());
 	j.end_object();
 
 	j.key("drops").begin_object();

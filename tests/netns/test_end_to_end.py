@@ -261,6 +261,10 @@ def check_counters(rep, tag, A, B, case, st_a, st_b):
                   and t_tx["gso_segments"] > 2 * t_tx["gso_reads"] and t_tx["offload_errors"] == 0,
                   f"[{tag}] {name}: read {t_tx['gso_reads']} super-packets from the tun "
                   f"({t_tx['gso_segments']} packets)", json.dumps(t_tx))
+        rx_c = rx_st["counters"]
+        rep.check(rx_st["udp"]["gro"] and rx_c["udp_gro_buffers"] > 0,
+                  f"[{tag}] {rx_name}: received the trains as {rx_c['udp_gro_buffers']} UDP GRO buffers "
+                  f"({rx_c['udp_rx_packets']} datagrams)", json.dumps([rx_st["udp"], rx_c]))
         rep.check(t_rx["gro_writes"] > 0 and t_rx["gro_segments"] > 2 * t_rx["gro_writes"],
                   f"[{tag}] {rx_name}: wrote {t_rx['gro_writes']} merged super-packets to the tun "
                   f"({t_rx['gro_segments']} packets)", json.dumps(t_rx))

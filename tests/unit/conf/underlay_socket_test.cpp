@@ -52,6 +52,11 @@ TEST_CASE("io_engine: auto by default, uring or mmsg by name") {
 	                   "use \"auto\", \"uring\" or \"mmsg\"");
 }
 
+TEST_CASE("udp_gro: on by default, can be switched off") {
+	CHECK(parse_config(gateway_lines().text(), "test.toml", Role::gateway).tunnel.udp_gro);
+	CHECK_FALSE(tunnel_with("udp_gro = false").udp_gro);
+}
+
 TEST_CASE("tun_offload: on by default, can be switched off") {
 	CHECK(parse_config(gateway_lines().text(), "test.toml", Role::gateway).tunnel.tun_offload);
 	CHECK_FALSE(tunnel_with("tun_offload = false").tun_offload);
