@@ -79,7 +79,8 @@ struct TunnelConfig {
 	/// and takes TCP/UDP super-packets (apps/common/offload_tun_port.hpp)
 	bool tun_offload = true;
 	/// Data-path threads, each with its own tun queue (IFF_MULTI_QUEUE) and
-	/// underlay socket (SO_REUSEPORT); 0 = one per CPU this process may use
+	/// underlay socket (SO_REUSEPORT); 0 = one per CPU this process may use,
+	/// at most one per peer
 	uint32_t workers = 0;
 	/// Underlay batching: recvmmsg/sendmmsg or io_uring (platform/udp_engine.hpp)
 	IoEngine io_engine = IoEngine::automatic;
