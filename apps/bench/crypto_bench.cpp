@@ -24,6 +24,7 @@
 // the other tenants of a shared machine then hits all subjects alike instead
 // of one. Each figure is the median over rounds; min and max go to the JSON.
 #include "apps/bench/crypto_bench.hpp"
+#include "apps/bench/bench_cli.hpp"
 
 #include "apps/bench/crypto_bench_subjects.hpp"
 
@@ -66,10 +67,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using crypto::Cipher;
 using crypto::CryptoImpl;
-
-struct UsageError : std::runtime_error {
-	using std::runtime_error::runtime_error;
-};
 
 struct Options {
 	unsigned rounds = 15;
@@ -503,7 +500,7 @@ Options parse_options(const std::vector<std::string>& args) {
 } // namespace
 
 int run_crypto_bench(const std::vector<std::string>& args) {
-	try {
+	return run_command("crypto", kCryptoBenchUsage, [&] {
 		if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
 			std::printf("usage: esptun-bench\n%s", kCryptoBenchUsage);
 			return 0;
@@ -528,22 +525,10 @@ int run_crypto_bench(const std::vector<std::string>& args) {
 		print_table(json_stdout ? stderr : stdout, m, o, rows);
 		if (o.json) {
 			const std::string text = to_json(m, o, rows) + "\n";
-			if (json_stdout) {
-				std::fputs(text.c_str(), stdout);
-			} else {
-				std::ofstream f(o.json_file);
-				f << text;
-				if (!f.flush()) throw std::runtime_error("cannot write " + o.json_file);
-			}
+			write_json(text, o.json_file);
 		}
 		return 0;
-	} catch (const UsageError& e) {
-		std::fprintf(stderr, "esptun-bench crypto: %s\nusage:\n%s", e.what(), kCryptoBenchUsage);
-		return 2;
-	} catch (const std::exception& e) {
-		std::fprintf(stderr, "esptun-bench crypto: %s\n", e.what());
-		return 1;
-	}
+	});
 }
 
 } // namespace esptun::bench

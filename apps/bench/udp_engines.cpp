@@ -1,5 +1,6 @@
 // `esptun-bench udp-engines`: see udp_engines.hpp.
 #include "apps/bench/udp_engines.hpp"
+#include "apps/bench/bench_cli.hpp"
 
 #include "apps/common/json.hpp"
 #include "platform/udp_engine.hpp"
@@ -44,10 +45,6 @@ using platform::UdpSocket;
 
 /// Datagrams the sender may be ahead of the receiver.
 constexpr uint64_t kWindow = 1024;
-
-struct UsageError : std::runtime_error {
-	using std::runtime_error::runtime_error;
-};
 
 struct Options {
 	unsigned rounds = 5;
@@ -362,7 +359,7 @@ std::string to_json(const Options& o, const std::vector<Sample>& rows) {
 } // namespace
 
 int run_udp_engines(const std::vector<std::string>& args) {
-	try {
+	return run_command("udp-engines", kUdpEnginesUsage, [&] {
 		if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
 			std::printf("usage: esptun-bench\n%s", kUdpEnginesUsage);
 			return 0;
@@ -393,22 +390,10 @@ int run_udp_engines(const std::vector<std::string>& args) {
 		print_table(json_stdout ? stderr : stdout, o, rows);
 		if (o.json) {
 			const std::string text = to_json(o, rows) + "\n";
-			if (json_stdout) {
-				std::fputs(text.c_str(), stdout);
-			} else {
-				std::ofstream f(o.json_file);
-				f << text;
-				if (!f.flush()) throw std::runtime_error("cannot write " + o.json_file);
-			}
+			write_json(text, o.json_file);
 		}
 		return 0;
-	} catch (const UsageError& e) {
-		std::fprintf(stderr, "esptun-bench udp-engines: %s\nusage:\n%s", e.what(), kUdpEnginesUsage);
-		return 2;
-	} catch (const std::exception& e) {
-		std::fprintf(stderr, "esptun-bench udp-engines: %s\n", e.what());
-		return 1;
-	}
+	});
 }
 
 } // namespace esptun::bench

@@ -8,9 +8,13 @@
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "platform/netlink.hpp"
+#include "platform/udp_socket.hpp"
 #include "tunnel/inet.hpp"
 
 namespace esptun::platform::test {
@@ -59,6 +63,48 @@ inline Endpoint any_port(const char* addr) { return Endpoint{ip(addr), 0}; }
 inline bool wait_readable(int fd, int ms = 2000) {
 	pollfd p{fd, POLLIN, 0};
 	return ::poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
+}
+
+/// bytes_of() - the bytes of @s, for a SendSlot
+inline std::span<const uint8_t> bytes_of(const std::string& s) {
+	return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+/// numbered() - datagram @i of a GSO test: @size bytes, distinct per @i
+inline std::string numbered(size_t i, size_t size) {
+	std::string s = "datagram " + std::to_string(i) + " ";
+	s.resize(size, char('a' + i % 26));
+	return s;
+}
+
+/// Receiver - a receive buffer set with one RecvSlot per buffer.
+struct Receiver {
+	explicit Receiver(size_t n, size_t size = 2048) : bufs(n, std::vector<uint8_t>(size)), slots(n) {
+		for (size_t i = 0; i < n; i++)
+			slots[i] = RecvSlot(bufs[i]);
+	}
+	std::string text(size_t i) const {
+		return {bufs[i].begin(), bufs[i].begin() + static_cast<ptrdiff_t>(slots[i].len)};
+	}
+	std::vector<std::vector<uint8_t>> bufs;
+	std::vector<RecvSlot> slots;
+};
+
+/**
+ * receive_all() - collect @want datagrams from @src (a UdpSocket or a
+ * UdpEngine), polling @poll_fd, in arrival order with their senders
+ */
+template <class Source>
+std::vector<std::pair<std::string, Endpoint>> receive_all(Source& src, int poll_fd, size_t want) {
+	std::vector<std::pair<std::string, Endpoint>> got;
+	Receiver rx(64);
+	while (got.size() < want && wait_readable(poll_fd)) {
+		const BatchResult r = src.recv_batch(rx.slots);
+		for (size_t i = 0; i < r.count; i++)
+			got.emplace_back(rx.text(i), rx.slots[i].from);
+		if (r.count == 0) REQUIRE(r.err == EAGAIN);
+	}
+	return got;
 }
 
 } // namespace esptun::platform::test

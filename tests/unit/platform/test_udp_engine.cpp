@@ -43,10 +43,6 @@ struct UringOneshot {
 	}
 };
 
-std::span<const uint8_t> bytes_of(const std::string& s) {
-	return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
 /// A socket and an engine of kind E on it.
 template <class E> struct Peer {
 	explicit Peer(const char* addr) : sock(UdpSocket::bind(any_port(addr))), engine(E::make(sock)) {}
@@ -57,30 +53,9 @@ template <class E> struct Peer {
 	std::unique_ptr<UdpEngine> engine;
 };
 
-/// A receive buffer set with one slot per buffer.
-struct Receiver {
-	explicit Receiver(size_t n, size_t size = 2048) : bufs(n, std::vector<uint8_t>(size)), slots(n) {
-		for (size_t i = 0; i < n; i++)
-			slots[i] = RecvSlot(bufs[i]);
-	}
-	std::string text(size_t i) const {
-		return {bufs[i].begin(), bufs[i].begin() + static_cast<ptrdiff_t>(slots[i].len)};
-	}
-	std::vector<std::vector<uint8_t>> bufs;
-	std::vector<RecvSlot> slots;
-};
-
 /// receive_all() - collect @want datagrams on @e (polling its poll_fd()), in arrival order
 std::vector<std::pair<std::string, Endpoint>> receive_all(UdpEngine& e, size_t want) {
-	std::vector<std::pair<std::string, Endpoint>> got;
-	Receiver rx(UdpEngine::kMaxBatch);
-	while (got.size() < want && wait_readable(e.poll_fd())) {
-		const BatchResult r = e.recv_batch(rx.slots);
-		for (size_t i = 0; i < r.count; i++)
-			got.emplace_back(rx.text(i), rx.slots[i].from);
-		if (r.count == 0) REQUIRE(r.err == EAGAIN);
-	}
-	return got;
+	return test::receive_all(e, e.poll_fd(), want);
 }
 
 /// exchange() - send three datagrams from @a to @b in one batch and check them
@@ -108,13 +83,6 @@ void exchange(UdpEngine& a, UdpEngine& b, const Endpoint& b_addr, const Endpoint
 	const BatchResult again = b.recv_batch(rx.slots);
 	CHECK(again.count == 0);
 	CHECK(again.err == EAGAIN);
-}
-
-/// Datagram @i of a GSO test: @size bytes, distinct per @i.
-std::string numbered(size_t i, size_t size) {
-	std::string s = "datagram " + std::to_string(i) + " ";
-	s.resize(size, char('a' + i % 26));
-	return s;
 }
 
 /**

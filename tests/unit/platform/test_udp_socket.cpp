@@ -18,34 +18,9 @@ using namespace esptun::platform::test;
 
 namespace {
 
-std::span<const uint8_t> bytes_of(const std::string& s) {
-	return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-/// A receive buffer set with one slot per buffer.
-struct Receiver {
-	explicit Receiver(size_t n, size_t size = 2048) : bufs(n, std::vector<uint8_t>(size)), slots(n) {
-		for (size_t i = 0; i < n; i++)
-			slots[i] = RecvSlot(bufs[i]);
-	}
-	std::string text(size_t i) const {
-		return {bufs[i].begin(), bufs[i].begin() + static_cast<ptrdiff_t>(slots[i].len)};
-	}
-	std::vector<std::vector<uint8_t>> bufs;
-	std::vector<RecvSlot> slots;
-};
-
 /// receive_all() - collect @want datagrams on @sock (polling), in arrival order
 std::vector<std::pair<std::string, Endpoint>> receive_all(UdpSocket& sock, size_t want) {
-	std::vector<std::pair<std::string, Endpoint>> got;
-	Receiver rx(UdpSocket::kMaxBatch);
-	while (got.size() < want && wait_readable(sock.fd())) {
-		const BatchResult r = sock.recv_batch(rx.slots);
-		for (size_t i = 0; i < r.count; i++)
-			got.emplace_back(rx.text(i), rx.slots[i].from);
-		if (r.count == 0) REQUIRE(r.err == EAGAIN);
-	}
-	return got;
+	return test::receive_all(sock, sock.fd(), want);
 }
 
 /// exchange() - send three datagrams from @a to @b in one batch and check them
@@ -172,13 +147,6 @@ TEST_CASE("send_batch reports an unroutable destination with its errno") {
 	const BatchResult sent_any = any.send_batch({&slot, 1});
 	CHECK(sent_any.count == 0);
 	CHECK(sent_any.err == ENETUNREACH);
-}
-
-/// Datagram @i of a GSO test: @size bytes, distinct per @i.
-std::string numbered(size_t i, size_t size) {
-	std::string s = "datagram " + std::to_string(i) + " ";
-	s.resize(size, char('a' + i % 26));
-	return s;
 }
 
 TEST_CASE("send_batch sends equal-sized runs to one peer as GSO trains; the peer sees each datagram") {
