@@ -61,19 +61,12 @@ struct Goal {
 	std::string what; ///< e.g. "vhost dwm=4 bulk: kicks/packet <= 1/32"
 	bool met = false;
 	std::string measured;
-	/// false: shown for comparison, never fails --check (see goals_for())
-	bool binding = true;
 };
 
 /**
- * goals_for() - issue 3's goals for @row (none for direct mode)
- *
- * The goals are those of the design: vhost with the direct-write fallback
- * (direct_write_max > 0, the default). Ring-only mode (dwm=0) is held to the
- * system call goal; its kicks per packet are shown against 1/32 but are not
- * binding: without direct writes every small batch that finds the ring idle
- * (in bulk, the TCP ACKs of the reverse direction, 1-3 packets a batch) needs
- * a kick or a delay, which is what direct writes exist to avoid.
+ * goals_for() - issue 3's goals for @row (none for direct mode): the
+ * one-in-flight goals for vhost with direct writes (dwm > 0), the bulk goals
+ * for both vhost modes
  */
 std::vector<Goal> goals_for(const PhaseCounts& row);
 
