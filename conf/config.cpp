@@ -4,6 +4,7 @@
 #include "conf/config.hpp"
 
 #include "conf/checks.hpp"
+#include "tunnel/ike/engine.hpp"
 
 #include <toml++/toml.h>
 
@@ -41,11 +42,19 @@ namespace {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
 constexpr std::string_view kTunnelKeys[] = {
-    "interface",   "addresses",        "listen",      "mtu",     "tun_io",        "control_socket",
-    "route_all",   "direct_write_max", "crypto_impl", "udp_gso", "socket_buffer", "state_dir",
-    "tun_offload", "workers",          "io_engine",   "udp_gro"};
-constexpr std::string_view kPeerKeys[] = {"name", "endpoint",      "allowed_ips", "cipher",
-                                          "esn",  "replay_window", "out",         "in"};
+    "interface",      "addresses", "listen",           "mtu",          "tun_io",
+    "control_socket", "route_all", "direct_write_max", "crypto_impl",  "udp_gso",
+    "socket_buffer",  "state_dir", "tun_offload",      "workers",      "io_engine",
+    "udp_gro",        "ike_port",  "local_id",         "address_pool", "dns"};
+constexpr std::string_view kPeerKeys[] = {
+    "name",     "endpoint",     "allowed_ips", "cipher",        "esn",       "replay_window", "out",
+    "in",       "psk",          "psk_file",    "local_id",      "remote_id", "ike_proposals", "esp_proposals",
+    "initiate", "dpd_interval", "rekey_time",  "ike_rekey_time"};
+/// Keys of a statically keyed peer that an IKE peer negotiates instead.
+constexpr std::string_view kStaticOnlyKeys[] = {"cipher", "esn", "out", "in"};
+/// Keys that only mean something with IKE.
+constexpr std::string_view kIkeOnlyKeys[] = {"local_id", "remote_id",    "ike_proposals", "esp_proposals",
+                                             "initiate", "dpd_interval", "rekey_time",    "ike_rekey_time"};
 constexpr std::string_view kSaKeys[] = {"spi",          "key",      "key_file",     "enc_key",
                                         "enc_key_file", "auth_key", "auth_key_file"};
 
@@ -126,6 +135,8 @@ private:
 	void parse_peers(const toml::node& n);
 	PeerConfig parse_peer(const toml::table& t);
 	void parse_allowed_ips(const toml::table& t, PeerConfig& peer);
+	void parse_endpoint_key(const toml::table& t, PeerConfig& peer);
+	IkePeerConfig parse_ike_peer(const toml::table& t, const PeerConfig& peer);
 	SaConfig parse_sa(const toml::table& peer_table, const PeerConfig& peer, std::string_view dir,
 	                  const crypto::CipherSpec& spec);
 	std::vector<uint8_t> parse_key(const toml::table& t, int table_line, std::string_view where,
@@ -141,6 +152,8 @@ private:
 	int tunnel_line_ = 0;
 	int mtu_line_ = 0;
 	int route_all_line_ = 0;
+	int address_pool_line_ = 0;
+	int dns_line_ = 0;
 	int listen_line_ = 0;
 	std::map<std::string, int> names_;
 	std::map<uint32_t, Claim> in_spis_, out_spis_;
@@ -324,6 +337,34 @@ void Loader::parse_tunnel(const toml::table& t) {
 		listen_line_ = v->line;
 	}
 
+	if (auto v = get_int(t, "ike_port", where)) {
+		if (v->value < 0 || v->value > 65535)
+			fail(
+			    v->line,
+			    "ike_port " + std::to_string(v->value) +
+			        " is not a UDP port; use 1..65535, or 0 to take IKE only on the listen port");
+		tc.ike_port = static_cast<uint16_t>(v->value);
+	}
+	for (const auto& a : get_strings(t, "address_pool", where, &address_pool_line_)) {
+		auto p = parse_prefix(a.value);
+		if (!p || p->network() != *p)
+			fail(a.line, "address_pool entry " + q(a.value) +
+			                 " is not a network; write e.g. \"10.77.0.0/24\" (host bits clear)");
+		tc.address_pool.push_back(*p);
+	}
+	for (const auto& a : get_strings(t, "dns", where, &dns_line_)) {
+		auto ip = parse_ip(a.value);
+		if (!ip) fail(a.line, "dns entry " + q(a.value) + " is not an IP address");
+		tc.dns.push_back(*ip);
+	}
+	if (auto v = get_string(t, "local_id", where)) {
+		if (!ike::parse_identity(v->value))
+			fail(v->line,
+			     "local_id is empty; write an FQDN (\"gw.example.com\"), an e-mail style ID "
+			     "or an IP address, or leave it out for the host name");
+		tc.local_id = v->value;
+	}
+
 	if (auto v = get_int(t, "mtu", where)) {
 		mtu_line_ = v->line;
 		if (v->value != 0 && (v->value < kMinMtu || v->value > kMaxMtu))
@@ -452,23 +493,71 @@ PeerConfig Loader::parse_peer(const toml::table& t) {
 		fail(name->line, "peer name " + q(peer.name) + " is already used on line " +
 		                     std::to_string(it->second) + "; give every peer its own name");
 
-	auto cipher = get_string(t, "cipher", where);
-	std::string names;
-	for (const auto& c : crypto::all_ciphers())
-		names += (names.empty() ? "" : ", ") + std::string(c.name);
-	if (!cipher) fail(peer.line, "peer " + q(peer.name) + " has no cipher; add cipher = one of " + names);
-	const crypto::CipherSpec* spec = crypto::find_cipher(cipher->value);
-	if (!spec) {
-		std::vector<std::string_view> known;
-		for (const auto& c : crypto::all_ciphers())
-			known.push_back(c.name);
-		std::string_view guess = closest_match(cipher->value, known);
-		fail(cipher->line, "cipher " + q(cipher->value) + " is unknown" +
-		                       (guess.empty() ? "" : "; did you mean " + q(guess) + "?") +
-		                       " (supported: " + names + ")");
+	const bool ike = t.contains("psk") || t.contains("psk_file");
+	if (ike) {
+		for (std::string_view k : kStaticOnlyKeys)
+			if (const toml::node* bad = t.get(k))
+				fail(line_of(*bad),
+				     q(k) + " is for a statically keyed peer, but peer " + q(peer.name) +
+				         " has a pre-shared key and negotiates its SAs with IKEv2; " +
+				         (k == "cipher" || k == "esn"
+				              ? std::string(
+				                    "list the ESP suites in esp_proposals instead, e.g. "
+				                    "esp_proposals = [\"aes128gcm16\"]")
+				              : "remove the [peer." + std::string(k) + "] table"));
+	} else {
+		for (std::string_view k : kIkeOnlyKeys)
+			if (const toml::node* bad = t.get(k))
+				fail(line_of(*bad),
+				     q(k) + " only applies to a peer keyed by IKEv2; add psk = \"...\" " +
+				         "(or psk_file) to peer " + q(peer.name) + ", or remove " + q(k));
 	}
-	peer.cipher = spec->id;
+	const crypto::CipherSpec* spec = nullptr;
+	if (!ike) {
+		auto cipher = get_string(t, "cipher", where);
+		std::string names;
+		for (const auto& c : crypto::all_ciphers())
+			names += (names.empty() ? "" : ", ") + std::string(c.name);
+		if (!cipher)
+			fail(peer.line,
+			     "peer " + q(peer.name) + " has no cipher; add cipher = one of " + names);
+		spec = crypto::find_cipher(cipher->value);
+		if (!spec) {
+			std::vector<std::string_view> known;
+			for (const auto& c : crypto::all_ciphers())
+				known.push_back(c.name);
+			std::string_view guess = closest_match(cipher->value, known);
+			fail(cipher->line, "cipher " + q(cipher->value) + " is unknown" +
+			                       (guess.empty() ? "" : "; did you mean " + q(guess) + "?") +
+			                       " (supported: " + names + ")");
+		}
+		peer.cipher = spec->id;
+	}
 
+	parse_endpoint_key(t, peer);
+	parse_allowed_ips(t, peer);
+
+	if (auto v = get_bool(t, "esn", where)) peer.esn = v->value;
+	if (auto v = get_int(t, "replay_window", where)) {
+		if (v->value < 0 || v->value > kMaxReplayWindow)
+			fail(v->line, "replay_window " + std::to_string(v->value) +
+			                  " is out of range; use 0 (no replay " + "check) up to " +
+			                  std::to_string(kMaxReplayWindow) + "; the default is " +
+			                  std::to_string(kDefaultReplayWindow));
+		peer.replay_window = static_cast<uint32_t>(v->value);
+	}
+
+	if (ike) {
+		peer.ike = parse_ike_peer(t, peer);
+	} else {
+		peer.out = parse_sa(t, peer, "out", *spec);
+		peer.in = parse_sa(t, peer, "in", *spec);
+	}
+	return peer;
+}
+
+void Loader::parse_endpoint_key(const toml::table& t, PeerConfig& peer) {
+	constexpr std::string_view where = "[[peer]]";
 	if (auto v = get_string(t, "endpoint", where)) {
 		auto e = parse_endpoint(v->value, kDefaultPort);
 		if (!e)
@@ -493,22 +582,106 @@ PeerConfig Loader::parse_peer(const toml::table& t) {
 			                  to_string(listen) + "; listen on an IPv4 address or on [::]");
 		peer.endpoint = *e;
 	}
+}
 
-	parse_allowed_ips(t, peer);
-
-	if (auto v = get_bool(t, "esn", where)) peer.esn = v->value;
-	if (auto v = get_int(t, "replay_window", where)) {
-		if (v->value < 0 || v->value > kMaxReplayWindow)
-			fail(v->line, "replay_window " + std::to_string(v->value) +
-			                  " is out of range; use 0 (no replay " + "check) up to " +
-			                  std::to_string(kMaxReplayWindow) + "; the default is " +
-			                  std::to_string(kDefaultReplayWindow));
-		peer.replay_window = static_cast<uint32_t>(v->value);
+IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& peer) {
+	constexpr std::string_view where = "[[peer]]";
+	IkePeerConfig ike;
+	auto inline_psk = get_string(t, "psk", where);
+	auto file = get_string(t, "psk_file", where);
+	if (inline_psk && file)
+		fail(file->line, "give either 'psk' or 'psk_file' for peer " + q(peer.name) + ", not both");
+	std::string text;
+	int line = 0;
+	if (inline_psk) {
+		text = inline_psk->value;
+		line = inline_psk->line;
+	} else {
+		line = file->line;
+		if (file->value.empty() || file->value.find('\0') != std::string::npos)
+			fail(line, "'psk_file' of peer " + q(peer.name) + " must name a file");
+		fs::path path =
+		    fs::path(file->value).is_absolute() ? fs::path(file->value) : base_dir_ / file->value;
+		if (auto err = read_key_file(path, text); !err.empty()) fail(line, err);
 	}
+	// strongSwan's convention: "0x..." is hex, anything else is the key's bytes as written.
+	if (text.starts_with("0x") || text.starts_with("0X")) {
+		if (auto err = decode_hex_key(text, ike.psk); !err.empty())
+			fail(line, "the pre-shared key of peer " + q(peer.name) + " " + err);
+	} else {
+		ike.psk.assign(text.begin(), text.end());
+	}
+	if (ike.psk.size() < kMinPskLen)
+		fail(line, "the pre-shared key of peer " + q(peer.name) + " is " +
+		               std::to_string(ike.psk.size()) + " bytes; use at least " +
+		               std::to_string(kMinPskLen) +
+		               " (e.g. 32 random bytes: head -c 32 /dev/urandom | base64)");
 
-	peer.out = parse_sa(t, peer, "out", *spec);
-	peer.in = parse_sa(t, peer, "in", *spec);
-	return peer;
+	auto identity = [&](std::string_view key, std::string fallback) {
+		auto v = get_string(t, key, where);
+		std::string id = v ? v->value : std::move(fallback);
+		if (v && !ike::parse_identity(v->value))
+			fail(v->line, q(key) + " of peer " + q(peer.name) +
+			                  " is empty; write an FQDN (\"gw.example.com\"), an e-mail style ID "
+			                  "(\"alice@example.com\") or an IP address");
+		return id;
+	};
+	ike.local_id = identity("local_id", config_.tunnel.local_id);
+	ike.remote_id = identity("remote_id", peer.name);
+
+	int list_line = 0;
+	auto ike_list = get_strings(t, "ike_proposals", where, &list_line);
+	if (t.contains("ike_proposals")) {
+		if (ike_list.empty())
+			fail(list_line, "ike_proposals is empty; leave it out for the defaults");
+		ike.ike_proposals.clear();
+		for (const auto& e : ike_list) {
+			std::string err;
+			auto suite = ike::parse_ike_proposal(e.value, err);
+			if (!suite) fail(e.line, "ike_proposals entry " + q(e.value) + ": " + err);
+			ike.ike_proposals.push_back(*suite);
+		}
+	}
+	auto esp_list = get_strings(t, "esp_proposals", where, &list_line);
+	if (t.contains("esp_proposals")) {
+		if (esp_list.empty())
+			fail(list_line, "esp_proposals is empty; leave it out for the defaults");
+		ike.esp_proposals.clear();
+		for (const auto& e : esp_list) {
+			std::string err;
+			auto suite = ike::parse_esp_proposal(e.value, err);
+			if (!suite) fail(e.line, "esp_proposals entry " + q(e.value) + ": " + err);
+			ike.esp_proposals.push_back(*suite);
+		}
+	}
+	if (auto v = get_int(t, "dpd_interval", where)) {
+		if (v->value < 0 || v->value > 86400)
+			fail(
+			    v->line,
+			    "dpd_interval " + std::to_string(v->value) +
+			        " is out of range; use seconds from 1 to 86400, or 0 for no liveness checks");
+		ike.dpd_interval = static_cast<uint32_t>(v->value);
+	}
+	for (auto [key, field] :
+	     {std::pair{"rekey_time", &ike.rekey_time}, std::pair{"ike_rekey_time", &ike.ike_rekey_time}}) {
+		auto v = get_int(t, key, where);
+		if (!v) continue;
+		if (v->value != 0 && (v->value < 5 || v->value > 30 * 86400))
+			fail(v->line,
+			     std::string(key) + " " + std::to_string(v->value) +
+			         " is out of range; use seconds from 5 to 2592000 (30 days), or 0 to leave "
+			         "rekeying to the peer");
+		*field = static_cast<uint32_t>(v->value);
+	}
+	ike.initiate = peer.endpoint.has_value();
+	if (auto v = get_bool(t, "initiate", where)) {
+		if (v->value && !peer.endpoint)
+			fail(v->line,
+			     "initiate = true needs an endpoint for peer " + q(peer.name) +
+			         " (where to send IKE_SA_INIT); add endpoint = \"198.51.100.7:4500\"");
+		ike.initiate = v->value;
+	}
+	return ike;
 }
 
 void Loader::parse_allowed_ips(const toml::table& t, PeerConfig& peer) {
@@ -657,8 +830,15 @@ void Loader::check_role(int top_line) {
 			fail(route_all_line_,
 			     "route_all is only for a client (it sends all traffic to its gateway); "
 			     "remove it from the gateway config");
+		if (!tc.dns.empty() && tc.address_pool.empty())
+			fail(dns_line_, "dns is handed out with virtual addresses; add address_pool (e.g. "
+			                "address_pool = [\"10.77.0.0/24\"]) or remove dns");
 		return;
 	}
+	if (!tc.address_pool.empty() || !tc.dns.empty())
+		fail(address_pool_line_ ? address_pool_line_ : dns_line_,
+		     "address_pool and dns are for a gateway that hands out client addresses; a client "
+		     "asks for its address by leaving [tunnel] addresses out");
 
 	if (peers.empty())
 		fail(top_line,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "crypto/esp_transform.hpp"
+#include "tunnel/ike/proposal.hpp"
 #include "tunnel/inet.hpp"
 
 #include <cstdint>
@@ -27,6 +28,9 @@ inline constexpr uint32_t kDefaultSocketBuffer = 4u << 20;
 inline constexpr uint32_t kMinSocketBuffer = 64u << 10;
 inline constexpr uint32_t kMaxSocketBuffer = 1u << 30;
 inline constexpr uint32_t kMaxWorkers = 64;
+inline constexpr uint16_t kDefaultIkePort = 500; // RFC 7296 section 2
+inline constexpr uint32_t kDefaultDpdInterval = 30;
+inline constexpr size_t kMinPskLen = 16;
 
 enum class TunIo : uint8_t { automatic, vhost, direct };
 enum class Role : uint8_t { gateway, client };
@@ -41,6 +45,20 @@ struct SaConfig {
 	std::vector<uint8_t> auth_key; ///< CBC-HMAC only
 };
 
+/// A peer keyed by IKEv2 (it has psk or psk_file instead of [peer.out]/[peer.in]).
+struct IkePeerConfig {
+	std::vector<uint8_t> psk;
+	std::string local_id;  ///< our identity towards this peer ([tunnel] local_id unless set)
+	std::string remote_id; ///< the identity the peer must prove; default: the peer's name
+	std::vector<ike::IkeSuite> ike_proposals = ike::default_ike_proposals();
+	std::vector<ike::EspSuite> esp_proposals = ike::default_esp_proposals();
+	uint32_t dpd_interval =
+	    kDefaultDpdInterval;         ///< seconds without traffic before a liveness check; 0 = off
+	uint32_t rekey_time = 3600;      ///< seconds until we rekey a CHILD_SA (less up to 10%); 0 = never
+	uint32_t ike_rekey_time = 14400; ///< the same for the IKE SA
+	bool initiate = false;           ///< default: true when the peer has an endpoint
+};
+
 struct PeerConfig {
 	std::string name;
 	std::optional<Endpoint> endpoint;  ///< absent: learned from the first authenticated packet
@@ -48,8 +66,9 @@ struct PeerConfig {
 	crypto::Cipher cipher = crypto::Cipher::aes128_gcm;
 	bool esn = true;
 	uint32_t replay_window = kDefaultReplayWindow; ///< 0 disables the check
-	SaConfig out;                                  ///< SA we send with
-	SaConfig in;                                   ///< SA we receive with
+	SaConfig out;                                  ///< static SA we send with (no ike)
+	SaConfig in;                                   ///< static SA we receive with (no ike)
+	std::optional<IkePeerConfig> ike;              ///< set: keys come from IKEv2
 	int line = 0;                                  ///< where the [[peer]] table starts, for messages
 };
 
@@ -90,6 +109,15 @@ struct TunnelConfig {
 	/// (<state_dir>/<interface>.seq, apps/common/seq_state.hpp)
 	std::string state_dir = "/var/lib/esptun";
 	bool route_all = false; ///< client only: default route through the tunnel
+	/// UDP port for IKE_SA_INIT from initiators that start on port 500 (RFC
+	/// 7296 section 2.23); 0 = IKE only on the listen port. Used when a peer has psk.
+	uint16_t ike_port = kDefaultIkePort;
+	std::string local_id; ///< our IKE identity; default: the host name
+	/// Gateway: the networks virtual client addresses come from. An IKE peer
+	/// whose allowed_ips holds a host address inside one is given that
+	/// address when it asks (configuration payload, RFC 7296 section 3.15).
+	std::vector<IpPrefix> address_pool;
+	std::vector<IpAddress> dns; ///< gateway: DNS servers handed to clients with their address
 };
 
 struct Config {

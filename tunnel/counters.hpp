@@ -52,6 +52,7 @@ enum class Drop : uint8_t {
 	padding,         ///< pad length or padding bytes wrong (RFC 4303 section 2.4)
 	no_route,        ///< no peer's allowed_ips covers the inner destination
 	no_endpoint,     ///< the peer has not been heard from and has no configured endpoint
+	no_sa,           ///< the peer has no SA yet (key exchange not done)
 	seq_exhausted,   ///< 32-bit sequence space used up: a sender never wraps (RFC 4303 3.3.3)
 	seq_not_saved,   ///< the state file has not reserved this sequence number yet (disk too slow or
 	                 ///< failing)
@@ -71,13 +72,16 @@ enum class Ignore : uint8_t {
 };
 inline constexpr size_t kIgnoreKinds = static_cast<size_t>(Ignore::count_);
 
+/// drop_name() - the status JSON's name for @d (the enum's spelling).
 constexpr std::string_view drop_name(Drop d) noexcept {
 	constexpr std::array<std::string_view, kDropReasons> names{
-	    "malformed", "unknown_spi",     "auth_failed",   "replay",        "policy",
-	    "padding",   "no_route",        "no_endpoint",   "seq_exhausted", "seq_not_saved",
-	    "too_big",   "tun_write_error", "udp_send_error"};
+	    "malformed",     "unknown_spi", "auth_failed",     "replay",        "policy",
+	    "padding",       "no_route",    "no_endpoint",     "no_sa",         "seq_exhausted",
+	    "seq_not_saved", "too_big",     "tun_write_error", "udp_send_error"};
 	return names[static_cast<size_t>(d)];
 }
+// A reason added to the enum without a name would print as "" in the status.
+static_assert(!drop_name(Drop(kDropReasons - 1)).empty(), "every Drop needs a name in drop_name()");
 
 constexpr std::string_view ignore_name(Ignore i) noexcept {
 	constexpr std::array<std::string_view, kIgnoreKinds> names{"nat_keepalive", "non_esp_marker",

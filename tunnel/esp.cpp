@@ -92,12 +92,17 @@ OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t 
 	if (!inner_address(inner, false, dst)) return out_drop(Drop::malformed);
 	Peer* peer = table.route(dst);
 	if (!peer) return out_drop(Drop::no_route);
+	// Its current SA: none before the first key exchange. Replaced at a
+	// rekey, but this one stays valid until the worker leaves the table
+	// (SaTable::enter() in sa.cpp), so the packet finishes with it.
+	OutboundSa* current = peer->outbound();
+	if (!current) return out_drop(Drop::no_sa, peer);
+	OutboundSa& sa = *current;
 	const std::optional<Endpoint> to = peer->endpoint();
 	if (!to) return out_drop(Drop::no_endpoint, peer);
 
 	// 2. Next sequence number. Without ESN the counter must not wrap: the SA is
 	// spent at 2^32 - 1 and needs new keys (RFC 4303 section 3.3.3).
-	OutboundSa& sa = peer->out;
 	// Taken with compare-and-swap: unique across workers, and a number that
 	// may not be used is not taken (the counter never passes the limits).
 	uint64_t seq = sa.next_seq.load(std::memory_order_relaxed);
@@ -111,7 +116,7 @@ OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t 
 
 	// 3. Padding 1, 2, 3, ... up to the cipher's alignment, then pad length and
 	// next header (RFC 4303 sections 2.4-2.6).
-	const crypto::CipherSpec& spec = *peer->spec;
+	const crypto::CipherSpec& spec = *sa.spec;
 	size_t body = inner_len + esp::kTrailerLen;
 	size_t padded = (body + spec.align - 1) / spec.align * spec.align;
 	size_t pad = padded - body;
@@ -151,7 +156,7 @@ InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const 
 	InboundSa* sa = table.find_inbound(spi);
 	if (!sa) return in_drop(Drop::unknown_spi);
 	Peer* peer = sa->peer;
-	const crypto::CipherSpec& spec = *peer->spec;
+	const crypto::CipherSpec& spec = *sa->spec;
 	if (dgram.size() < crypto::min_esp_len(spec)) return in_drop(Drop::malformed, peer);
 	size_t body = dgram.size() - esp::kHeaderLen - spec.iv_len - spec.icv_len;
 	if (body % spec.align != 0) return in_drop(Drop::malformed, peer);

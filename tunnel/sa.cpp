@@ -1,10 +1,61 @@
-// SA table construction: see sa.hpp.
+// SA table: construction, the control plane's install and remove calls, and
+// the epoch-based reclamation of the SAs they replace. See sa.hpp.
 #include "tunnel/sa.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 namespace esptun {
+namespace {
+
+std::string spi_text(uint32_t spi) {
+	char buf[16];
+	std::snprintf(buf, sizeof buf, "0x%08x", spi);
+	return buf;
+}
+
+SaInfo out_info(const OutboundSa& sa, bool keyed_statically) {
+	SaInfo i;
+	i.spi = sa.spi;
+	i.cipher = sa.spec->name;
+	i.impl = std::string(sa.transforms.front()->impl_name());
+	i.esn = sa.esn;
+	i.keyed_statically = keyed_statically;
+	i.packets = sa.packets.get();
+	i.bytes = sa.bytes.get();
+	i.seq = sa.last_seq.load(std::memory_order_relaxed);
+	return i;
+}
+
+SaInfo in_info(const InboundSa& sa, bool keyed_statically) {
+	SaInfo i;
+	i.spi = sa.spi;
+	i.cipher = sa.spec->name;
+	i.impl = std::string(sa.transforms.front()->impl_name());
+	i.esn = sa.esn;
+	i.keyed_statically = keyed_statically;
+	i.packets = sa.packets.get();
+	i.bytes = sa.bytes.get();
+	i.seq = sa.highest_seq.load(std::memory_order_relaxed);
+	i.replay_window = sa.replay.size();
+	i.reordered = sa.reordered.get();
+	return i;
+}
+
+void add_out(SaTotals& t, const OutboundSa& sa) noexcept {
+	t.tx_packets += sa.packets.get();
+	t.tx_bytes += sa.bytes.get();
+}
+
+void add_in(SaTotals& t, const InboundSa& sa) noexcept {
+	t.rx_packets += sa.packets.get();
+	t.rx_bytes += sa.bytes.get();
+}
+
+} // namespace
 
 void Peer::set_endpoint(const Endpoint& ep) noexcept { store_endpoint(ep); }
 
@@ -44,32 +95,41 @@ std::optional<Endpoint> Peer::endpoint() const noexcept {
 	return ep;
 }
 
-SaTable::SaTable(const std::vector<PeerParams>& params, size_t workers) {
+SaTable::SaTable(const std::vector<PeerParams>& params, size_t workers) : workers_(workers) {
 	if (workers == 0) throw std::invalid_argument("an SA table needs at least one worker");
+	active_ = std::make_unique<ActiveEpoch[]>(workers);
 	for (const PeerParams& p : params) {
 		auto peer = std::make_unique<Peer>();
 		peer->name = p.name;
 		peer->allowed_ips = p.allowed_ips;
-		peer->spec = &crypto::cipher_spec(p.cipher);
+		peer->keyed_statically = p.keyed_statically;
+		peer->impl = p.impl;
 		peer->store_endpoint(p.endpoint);
 		peer->endpoint_configured = p.endpoint.has_value();
 
-		peer->out.spi = p.out.spi;
-		peer->out.esn = p.esn;
-		for (size_t w = 0; w < workers; w++)
-			peer->out.transforms.push_back(crypto::make_esp_transform(
-			    p.cipher, p.out.enc_key, p.out.auth_key, p.esn, p.impl));
+		if (p.keyed_statically) {
+			const crypto::CipherSpec* spec = &crypto::cipher_spec(p.cipher);
+			peer->out.spi = p.out.spi;
+			peer->out.esn = p.esn;
+			peer->out.spec = spec;
+			for (size_t w = 0; w < workers; w++)
+				peer->out.transforms.push_back(crypto::make_esp_transform(
+				    p.cipher, p.out.enc_key, p.out.auth_key, p.esn, p.impl));
 
-		peer->in = std::make_unique<InboundSa>(p.replay_window, p.esn);
-		peer->in->spi = p.in.spi;
-		for (size_t w = 0; w < workers; w++)
-			peer->in->transforms.push_back(
-			    crypto::make_esp_transform(p.cipher, p.in.enc_key, p.in.auth_key, p.esn, p.impl));
-		peer->in->peer = peer.get();
-		if (!by_spi_.emplace(p.in.spi, peer->in.get()).second)
-			throw std::invalid_argument("peer " + p.name + ": inbound SPI " +
-			                            std::to_string(p.in.spi) +
-			                            " is already used by another peer");
+			peer->in = std::make_unique<InboundSa>(p.replay_window, p.esn);
+			peer->in->spi = p.in.spi;
+			peer->in->spec = spec;
+			for (size_t w = 0; w < workers; w++)
+				peer->in->transforms.push_back(crypto::make_esp_transform(
+				    p.cipher, p.in.enc_key, p.in.auth_key, p.esn, p.impl));
+			peer->in->peer = peer.get();
+			if (!by_spi_.emplace(p.in.spi, peer->in.get()).second)
+				throw std::invalid_argument("peer " + p.name + ": inbound SPI " +
+				                            std::to_string(p.in.spi) +
+				                            " is already used by another peer");
+			// Visible to the workers through their creation, which comes later.
+			peer->out_sa_.store(&peer->out, std::memory_order_relaxed);
+		}
 		for (const IpPrefix& prefix : p.allowed_ips) {
 			for (const auto& other : peers_)
 				for (const IpPrefix& q : other->allowed_ips)
@@ -83,6 +143,238 @@ SaTable::SaTable(const std::vector<PeerParams>& params, size_t workers) {
 		}
 		peers_.push_back(std::move(peer));
 	}
+}
+
+SaTable::~SaTable() = default;
+
+/*
+ * enter() - why one announcement per batch makes freeing safe.
+ *
+ * The control plane (C) retires an SA P in this order: (c1) it unpublishes P
+ * (a store to its slot or to Peer::out_sa_), (c2) takes e = epoch_++ in
+ * retire(), and later, in collect(), (c3) reads each worker's announcement.
+ * P is freed only if every announcement is 0 or greater than e.
+ * A worker (W) in enter() (w1) reads epoch_ as a, (w2) announces a, and
+ * only then (w3) loads SA pointers, until leave() announces 0.
+ *
+ * All six accesses are seq_cst, so they lie in one total order S that
+ * agrees with program order (C++20 [atomics.order] p4). Suppose W's load w3
+ * returns P. Then w3 comes before c1 in S, or it would read c1's value or a
+ * later one. Hence w1 < w2 < w3 < c1 < c2 < c3 in S, and:
+ *  - w1 precedes the increment c2 in S, so it read a value before it: a <= e;
+ *  - c3 comes after w2, so it reads a, or what W announced after a: 0 from
+ *    leave() or a' from its next enter(), both stored after W's last use of
+ *    P in that batch, with release, and read by c3 (also acquire): that use
+ *    happens before the free.
+ * So an announcement a with 0 < a <= e keeps P; 0, or a' > e (a batch that
+ * began after c2, which cannot find P), proves W is done with it.
+ *
+ * Cost on the packet path: one seq_cst load per SA lookup (a plain load on
+ * x86-64) and, per batch, this store (an xchg) and leave()'s plain store; no
+ * locked instruction per packet. A worker that stays entered only delays
+ * frees, never makes one unsafe.
+ */
+void SaTable::enter(size_t worker) const noexcept {
+	const uint64_t a = epoch_.load(std::memory_order_seq_cst);
+	active_[worker].epoch.store(a, std::memory_order_seq_cst);
+}
+
+uint32_t SaTable::allocate_spi() {
+	std::lock_guard lock(control_);
+	const size_t start = random_() % kSpiSlots;
+	for (size_t i = 0; i < kSpiSlots; i++) {
+		const size_t slot = (start + i) % kSpiSlots;
+		if (slot_state_[slot] != SlotState::free) continue;
+		// Random high bits, so SPIs are not predictable from one another. A
+		// few tries get past the reserved range (only slots below 256 with
+		// zero high bits) and the static SPIs; then the next slot.
+		for (int attempt = 0; attempt < 16; attempt++) {
+			const uint32_t spi =
+			    (uint32_t(random_()) & ~uint32_t(kSpiSlots - 1)) | uint32_t(slot);
+			if (spi < kMinSpi || by_spi_.count(spi)) continue;
+			slot_state_[slot] = SlotState::reserved;
+			slot_spi_[slot] = spi;
+			return spi;
+		}
+	}
+	throw std::runtime_error("no inbound SPI left: all " + std::to_string(kSpiSlots) +
+	                         " run-time SA slots are installed or reserved");
+}
+
+bool SaTable::release_spi(uint32_t spi) {
+	std::lock_guard lock(control_);
+	const size_t slot = spi & (kSpiSlots - 1);
+	if (slot_state_[slot] != SlotState::reserved || slot_spi_[slot] != spi) return false;
+	slot_state_[slot] = SlotState::free;
+	return true;
+}
+
+void SaTable::check_dynamic_peer(const Peer& peer, const char* what) const {
+	if (std::none_of(peers_.begin(), peers_.end(), [&](const auto& p) { return p.get() == &peer; }))
+		throw std::invalid_argument(std::string(what) + ": peer " + peer.name +
+		                            " is not in this table");
+	// Static SAs are never replaced: their sequence numbers live in the state
+	// file (apps/common/seq_state.hpp), keyed by the configured SPI.
+	if (peer.keyed_statically)
+		throw std::invalid_argument(std::string(what) + ": peer " + peer.name +
+		                            " is keyed statically (its SAs come from the config)");
+}
+
+std::vector<std::unique_ptr<crypto::EspTransform>> SaTable::make_transforms(const Peer& peer,
+                                                                            const ChildSaKeys& keys) const {
+	std::vector<std::unique_ptr<crypto::EspTransform>> t;
+	for (size_t w = 0; w < workers_; w++)
+		t.push_back(crypto::make_esp_transform(keys.cipher, keys.enc_key, keys.auth_key, keys.esn,
+		                                       peer.impl));
+	return t;
+}
+
+InboundSa* SaTable::install_inbound(Peer& peer, const ChildSaKeys& keys) {
+	std::lock_guard lock(control_);
+	check_dynamic_peer(peer, "install_inbound");
+	const size_t slot = keys.spi & (kSpiSlots - 1);
+	if (slot_state_[slot] != SlotState::reserved || slot_spi_[slot] != keys.spi)
+		throw std::invalid_argument("install_inbound: peer " + peer.name + ": SPI " +
+		                            spi_text(keys.spi) + " was not reserved by allocate_spi()");
+	auto sa = std::make_unique<InboundSa>(keys.replay_window, keys.esn);
+	sa->spi = keys.spi;
+	sa->spec = &crypto::cipher_spec(keys.cipher);
+	sa->transforms = make_transforms(peer, keys);
+	sa->peer = &peer;
+	InboundSa* raw = sa.get();
+	peer.run_in_.push_back(std::move(sa));
+	slot_state_[slot] = SlotState::installed;
+	// Release (seq_cst includes it): a worker that loads the pointer sees the
+	// SA fully built.
+	slots_[slot].store(raw, std::memory_order_seq_cst);
+	collect_locked();
+	return raw;
+}
+
+OutboundSa* SaTable::install_outbound(Peer& peer, const ChildSaKeys& keys) {
+	std::lock_guard lock(control_);
+	check_dynamic_peer(peer, "install_outbound");
+	if (keys.spi < kMinSpi)
+		throw std::invalid_argument("install_outbound: peer " + peer.name + ": SPI " +
+		                            spi_text(keys.spi) + " is reserved (RFC 4303 section 2.1)");
+	auto sa = std::make_unique<OutboundSa>();
+	sa->spi = keys.spi;
+	sa->esn = keys.esn;
+	sa->spec = &crypto::cipher_spec(keys.cipher);
+	sa->transforms = make_transforms(peer, keys);
+	OutboundSa* raw = sa.get();
+	reserve_retired(); // nothing below may throw: the old SA must not be freed early
+	std::unique_ptr<OutboundSa> old = std::exchange(peer.run_out_, std::move(sa));
+	peer.out_sa_.store(raw, std::memory_order_seq_cst); // c1 for the old one (enter() in this file)
+	if (old) retire(&peer, std::move(old), nullptr);
+	collect_locked();
+	return raw;
+}
+
+bool SaTable::remove_inbound(uint32_t spi) {
+	std::lock_guard lock(control_);
+	const size_t slot = spi & (kSpiSlots - 1);
+	if (slot_state_[slot] != SlotState::installed || slot_spi_[slot] != spi) return false;
+	InboundSa* sa = slots_[slot].load(std::memory_order_relaxed);
+	Peer* peer = sa->peer;
+	auto it = std::find_if(peer->run_in_.begin(), peer->run_in_.end(),
+	                       [&](const auto& p) { return p.get() == sa; });
+	reserve_retired();
+	std::unique_ptr<InboundSa> owned = std::move(*it);
+	peer->run_in_.erase(it);
+	slots_[slot].store(nullptr, std::memory_order_seq_cst); // c1 (enter() in this file)
+	slot_state_[slot] = SlotState::free;
+	retire(peer, nullptr, std::move(owned));
+	collect_locked();
+	return true;
+}
+
+bool SaTable::remove_outbound(Peer& peer) {
+	std::lock_guard lock(control_);
+	if (!peer.run_out_) return false;
+	reserve_retired();
+	peer.out_sa_.store(nullptr, std::memory_order_seq_cst); // c1 (enter() in this file)
+	retire(&peer, std::move(peer.run_out_), nullptr);
+	collect_locked();
+	return true;
+}
+
+/// reserve_retired() - room for one more retired SA, taken before an SA is
+/// unpublished: from then on it must be queued, as freeing it could pull it
+/// from under a worker.
+void SaTable::reserve_retired() {
+	if (retired_.size() == retired_.capacity()) retired_.reserve(2 * retired_.size() + 4);
+}
+
+/// retire() - queue an SA that was just unpublished for collect(); the
+/// caller reserved room in retired_, so this cannot throw.
+void SaTable::retire(Peer* peer, std::unique_ptr<OutboundSa> out, std::unique_ptr<InboundSa> in) {
+	// c2: after the unpublishing store in S; a worker that reads the new
+	// value cannot find the SA any more (enter() in this file).
+	const uint64_t e = epoch_.fetch_add(1, std::memory_order_seq_cst);
+	retired_.push_back(Retired{e, peer, std::move(out), std::move(in)});
+}
+
+size_t SaTable::collect() {
+	std::lock_guard lock(control_);
+	return collect_locked();
+}
+
+size_t SaTable::collect_locked() {
+	if (retired_.empty()) return 0;
+	uint64_t oldest = UINT64_MAX;
+	for (size_t w = 0; w < workers_; w++) {
+		// c3: seq_cst, after every unpublishing store in S (enter() in this file).
+		const uint64_t a = active_[w].epoch.load(std::memory_order_seq_cst);
+		if (a != 0 && a < oldest) oldest = a;
+	}
+	// Freed when every announcement is 0 or > its epoch, i.e. oldest > epoch.
+	size_t kept = 0, freed = 0;
+	for (Retired& r : retired_) {
+		if (r.epoch >= oldest) {
+			if (&retired_[kept] != &r) retired_[kept] = std::move(r);
+			kept++;
+			continue;
+		}
+		// No worker adds to its counters any more: fold them into the peer's.
+		if (r.out) add_out(r.peer->freed_, *r.out);
+		if (r.in) add_in(r.peer->freed_, *r.in);
+		r.out.reset();
+		r.in.reset();
+		freed++;
+	}
+	retired_.resize(kept);
+	return freed;
+}
+
+size_t SaTable::retired() const {
+	std::lock_guard lock(control_);
+	return retired_.size();
+}
+
+PeerSaInfo SaTable::sa_info(const Peer& peer) const {
+	std::lock_guard lock(control_);
+	PeerSaInfo info;
+	info.totals = peer.freed_;
+	if (const OutboundSa* sa = peer.out_sa_.load(std::memory_order_acquire))
+		info.out = out_info(*sa, peer.keyed_statically);
+	if (peer.in) {
+		info.in.push_back(in_info(*peer.in, true));
+		add_out(info.totals, peer.out);
+		add_in(info.totals, *peer.in);
+	}
+	if (peer.run_out_) add_out(info.totals, *peer.run_out_);
+	for (const auto& sa : peer.run_in_) {
+		info.in.push_back(in_info(*sa, false));
+		add_in(info.totals, *sa);
+	}
+	for (const Retired& r : retired_) {
+		if (r.peer != &peer) continue;
+		info.retiring++;
+		if (r.out) add_out(info.totals, *r.out);
+		if (r.in) add_in(info.totals, *r.in);
+	}
+	return info;
 }
 
 } // namespace esptun

@@ -1,6 +1,35 @@
 // Security associations, peers and the table that finds them: by inner
-// destination on the way out, by SPI on the way in. Built once at start-up;
-// the data path only reads the structure and updates counters and state.
+// destination on the way out, by SPI on the way in. The peers are fixed at
+// start-up; their SAs are either static (keys from the config, built with the
+// table) or installed and removed at run time by the control plane (IKEv2,
+// RFC 7296) while the data-path workers keep forwarding.
+//
+// Theory of operation (run-time SAs)
+//
+// The data path takes no lock and allocates nothing. It finds a peer's
+// current outbound SA with one atomic load of Peer::outbound(), and an
+// inbound SA by SPI with one atomic load of a slot in a fixed array of 4096
+// (the SPI's low 12 bits pick the slot, SaTable::allocate_spi() makes them
+// unique) before the immutable map of static SPIs. Those loads are seq_cst,
+// which costs what acquire does (a plain load on x86-64, LDAR on ARMv8) and
+// lets the reclamation proof below do without fences. The control plane
+// builds an SA completely, then publishes it with a seq_cst (so also release)
+// store; a worker that loads the pointer sees it whole.
+//
+// Replacing or removing an SA unpublishes it, but a worker may still hold the
+// old pointer for the packet in hand, so the object is retired, not freed:
+// epoch-based reclamation. Every worker announces the global epoch it saw
+// when it picked up work (SaTable::enter(), once per batch) and clears the
+// announcement before it sleeps (leave()). An SA retired at epoch e is freed
+// once every worker is idle or announced an epoch later than e: such a worker
+// started its batch after the SA was gone, so it cannot hold it. The proof,
+// with its memory orders, is at SaTable::enter() in sa.cpp.
+//
+// Make-before-break (RFC 7296 section 2.8): install the new inbound SA
+// first, so both old and new decrypt, then the new outbound SA (the peer
+// receives on the new SPI from then on; our workers still holding the old
+// outbound SA finish their packet with it and its own sequence counter), and
+// remove the old inbound SA last, when the peer says so.
 #pragma once
 
 #include "crypto/esp_transform.hpp"
@@ -15,39 +44,60 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 namespace esptun {
 
-/// Everything needed to build one SA direction.
+/// Everything needed to build one SA direction of a statically keyed peer.
 struct SaParams {
 	uint32_t spi = 0;
 	std::vector<uint8_t> enc_key;
 	std::vector<uint8_t> auth_key;
 };
 
-/// Everything needed to build one peer and its pair of SAs.
+/// Everything needed to build one peer (and, keyed statically, its pair of SAs).
 struct PeerParams {
 	std::string name;
 	std::optional<Endpoint> endpoint;
 	std::vector<IpPrefix> allowed_ips;
+	/// true: the SA pair below is built with the table, from the config
+	/// ([peer.out]/[peer.in]). false: the peer starts without SAs, and the
+	/// control plane installs them (IKE); cipher, esn, replay_window, out and
+	/// in are then ignored, and each SA brings its own.
+	bool keyed_statically = true;
 	crypto::Cipher cipher = crypto::Cipher::aes128_gcm;
 	bool esn = true;
 	uint32_t replay_window = 1024;
-	crypto::CryptoImpl impl = crypto::CryptoImpl::automatic;
+	crypto::CryptoImpl impl = crypto::CryptoImpl::automatic; ///< also for SAs installed later
 	SaParams out, in;
+};
+
+/// One direction of a Child SA negotiated at run time (RFC 7296 section 2.17
+/// derives the keys; the suite may change at every rekey).
+struct ChildSaKeys {
+	uint32_t spi = 0; ///< inbound: from SaTable::allocate_spi(); outbound: the peer's choice
+	crypto::Cipher cipher = crypto::Cipher::aes128_gcm;
+	std::vector<uint8_t> enc_key;  ///< AES key (CBC) or AES key || salt (GCM, RFC 4106 section 8.1)
+	std::vector<uint8_t> auth_key; ///< HMAC key (CBC-HMAC), empty for GCM
+	bool esn = true;               ///< extended sequence numbers (RFC 4303 section 2.2.1)
+	uint32_t replay_window = 1024; ///< inbound only
 };
 
 /**
  * OutboundSa - the SA we send with. Every data-path worker may send on it
  * (the tun spreads flows over its queues), so the sequence number is taken
- * with compare-and-swap: unique across workers, never reused.
+ * with compare-and-swap: unique across workers, never reused. A replaced SA
+ * keeps its own counter until it is freed, so a worker that still finishes a
+ * packet on it cannot collide with the new SA's numbers (which have other keys).
  */
 struct OutboundSa {
 	uint32_t spi = 0;
 	bool esn = true;
+	const crypto::CipherSpec* spec = nullptr; ///< the suite: lengths and alignment for the data path
 	/// One transform per data-path worker: a transform holds OpenSSL
 	/// contexts and IV state that one thread at a time may use.
 	std::vector<std::unique_ptr<crypto::EspTransform>> transforms;
@@ -84,8 +134,13 @@ private:
 	std::atomic_flag flag_;
 };
 
+struct Peer;
+
+/// InboundSa - an SA we receive on, found by its SPI.
 struct InboundSa {
 	uint32_t spi = 0;
+	bool esn = true;
+	const crypto::CipherSpec* spec = nullptr; ///< the suite: lengths and alignment for the data path
 	std::vector<std::unique_ptr<crypto::EspTransform>> transforms; ///< one per worker, as OutboundSa's
 	ReplayWindow replay; ///< under replay_lock (check, then commit after the ICV)
 	mutable SpinLock replay_lock;
@@ -96,31 +151,51 @@ struct InboundSa {
 	SharedCounter reordered;
 	Peer* peer = nullptr;
 
-	InboundSa(uint32_t window, bool esn) : replay(window, esn) {}
+	InboundSa(uint32_t window, bool esn_on) : esn(esn_on), replay(window, esn_on) {}
+};
+
+/// Traffic of a peer summed over its SAs (inner packets and bytes).
+struct SaTotals {
+	uint64_t tx_packets = 0, tx_bytes = 0;
+	uint64_t rx_packets = 0, rx_bytes = 0;
 };
 
 /**
  * Peer - the other end of a tunnel.
  *
  * The endpoint is written by the data path (when an authenticated packet
- * arrives from a new address: NAT rebinding) and read by every worker for
- * every packet it sends: a sequence lock over three atomic words, so a read
- * takes no lock and never sees half of an update; the rare writers take a
- * mutex among themselves.
+ * arrives from a new address: NAT rebinding) and by the control plane, and
+ * read by every worker for every packet it sends: a sequence lock over three
+ * atomic words, so a read takes no lock and never sees half of an update; the
+ * rare writers take a mutex among themselves.
  */
 struct Peer {
 	std::string name;
 	std::vector<IpPrefix> allowed_ips;
-	const crypto::CipherSpec* spec = nullptr;
+	bool keyed_statically = true; ///< SAs from the config; false: installed at run time
 	bool endpoint_configured = false;
+	crypto::CryptoImpl impl = crypto::CryptoImpl::automatic; ///< CBC-HMAC flavour of its SAs
+	/// The statically keyed pair, built with the table and never replaced.
+	/// A peer keyed at run time leaves them unused (`out` without transforms,
+	/// `in` null): use outbound() and SaTable::sa_info() instead. Kept as
+	/// plain members so code written for static keys (the sequence state
+	/// file, the crypto benchmark) reads them directly.
 	OutboundSa out;
 	std::unique_ptr<InboundSa> in;
 	std::atomic<int64_t> last_rx_unix_ms{0}; ///< wall clock of the last authenticated packet
 	SharedCounter endpoint_changes;
 
+	/**
+	 * outbound() - the SA to send with now, or nullptr before the first
+	 * key exchange completed. Data path: one seq_cst load (see the proof
+	 * at SaTable::enter() in sa.cpp), which also makes the SA's construction
+	 * visible; the pointer stays valid until the worker's next SaTable::leave().
+	 */
+	OutboundSa* outbound() const noexcept { return out_sa_.load(std::memory_order_seq_cst); }
+
 	/// The current endpoint, if any: a consistent copy, from any thread.
 	std::optional<Endpoint> endpoint() const noexcept;
-	/// Data path: move to a new endpoint.
+	/// Move to a new endpoint (data path: roaming; control plane: IKE).
 	void set_endpoint(const Endpoint& ep) noexcept;
 	/// Same as endpoint() (the control plane's name for it).
 	std::optional<Endpoint> endpoint_snapshot() const { return endpoint(); }
@@ -129,31 +204,189 @@ private:
 	friend class SaTable;
 	void store_endpoint(const std::optional<Endpoint>& ep) noexcept;
 
+	std::atomic<OutboundSa*> out_sa_{nullptr}; ///< &out, a run-time SA, or nullptr
+
+	// Run-time SAs: changed and read by the control plane only, under
+	// SaTable's control mutex.
+	std::unique_ptr<OutboundSa> run_out_;            ///< owns what out_sa_ points to
+	std::vector<std::unique_ptr<InboundSa>> run_in_; ///< installed, oldest first
+	SaTotals freed_;                                 ///< counters of its SAs already freed
+
 	std::mutex endpoint_write_;                             ///< writers among themselves
 	std::atomic<uint32_t> endpoint_seq_;                    ///< odd while a write is in progress
 	std::array<std::atomic<uint64_t>, 3> endpoint_words_{}; ///< address, then has|family|port
 };
 
+/// One SA as the status output shows it: a copy taken under the control mutex.
+struct SaInfo {
+	uint32_t spi = 0;
+	std::string_view cipher; ///< config name of the suite
+	std::string impl;        ///< EspTransform::impl_name()
+	bool esn = true;
+	bool keyed_statically = true;
+	uint64_t packets = 0, bytes = 0;
+	uint64_t seq = 0;           ///< outbound: last_seq; inbound: highest_seq
+	uint64_t replay_window = 0; ///< inbound only
+	uint64_t reordered = 0;     ///< inbound only
+};
+
+/// A peer's SAs as the status output shows them.
+struct PeerSaInfo {
+	std::optional<SaInfo> out; ///< the current outbound SA, if any
+	std::vector<SaInfo> in;    ///< the installed inbound SAs, oldest first
+	SaTotals totals;           ///< over every SA the peer had, freed ones included
+	size_t retiring = 0;       ///< its replaced or removed SAs not yet freed
+};
+
 class SaTable {
 public:
-	/// Builds SAs and transforms; throws std::invalid_argument on keys that
-	/// do not fit the cipher, duplicate SPIs or overlapping allowed_ips.
+	/// Slots for run-time inbound SAs, indexed by the SPI's low bits.
+	static constexpr size_t kSpiSlots = 4096;
+	/// SPIs 1-255 are reserved by IANA, 0 for local use (RFC 4303 section 2.1).
+	static constexpr uint32_t kMinSpi = 256;
+
+	/// Builds the peers and their static SAs; throws std::invalid_argument on
+	/// keys that do not fit the cipher, duplicate SPIs or overlapping allowed_ips.
 	/// @workers: data-path threads; each SA gets a transform for each.
 	explicit SaTable(const std::vector<PeerParams>& peers, size_t workers = 1);
+	/// Frees every SA, retired or not: the data path must have stopped.
+	~SaTable();
+	SaTable(const SaTable&) = delete;
+	SaTable& operator=(const SaTable&) = delete;
+
+	// --- Data path: any worker thread, lock-free. -------------------------
 
 	/// Outbound: the peer whose allowed_ips best match @dst.
 	Peer* route(const IpAddress& dst) const noexcept { return allowed_.lookup(dst); }
-	/// Inbound: the SA receiving with @spi.
+
+	/**
+	 * find_inbound() - the SA receiving with @spi, or nullptr
+	 *
+	 * The run-time slot first (one seq_cst load; the SA's own SPI must match,
+	 * as SPIs that share the low bits share the slot), then the static map.
+	 * A run-time SA found stays valid until the worker's next leave().
+	 */
 	InboundSa* find_inbound(uint32_t spi) const noexcept {
+		InboundSa* sa = slots_[spi & (kSpiSlots - 1)].load(std::memory_order_seq_cst);
+		if (sa && sa->spi == spi) return sa;
+		if (by_spi_.empty()) return nullptr;
 		auto it = by_spi_.find(spi);
 		return it == by_spi_.end() ? nullptr : it->second;
 	}
+
+	/**
+	 * enter() - worker @worker starts handling packets: until leave(), no SA
+	 * it finds is freed. Call once per batch, not per packet; see sa.cpp for
+	 * why this is enough.
+	 */
+	void enter(size_t worker) const noexcept;
+	/// leave() - worker @worker holds no SA any more (before it sleeps).
+	void leave(size_t worker) const noexcept {
+		active_[worker].epoch.store(0, std::memory_order_release);
+	}
+
 	const std::vector<std::unique_ptr<Peer>>& peers() const noexcept { return peers_; }
+	size_t workers() const noexcept { return workers_; }
+
+	// --- Control plane: meant for one control thread. Each call takes the
+	// control mutex, so a status request served by another thread is safe.
+
+	/**
+	 * allocate_spi() - reserve an SPI for an inbound SA about to be negotiated
+	 *
+	 * A free slot at random, with random high bits: at least kMinSpi, never a
+	 * static SPI, never one installed or reserved. Install it with
+	 * install_inbound() or give it back with release_spi().
+	 * Throws std::runtime_error when all kSpiSlots slots are taken.
+	 */
+	uint32_t allocate_spi();
+
+	/// release_spi() - free a reservation that was never installed.
+	/// Return: false when @spi is not reserved (unknown, or installed).
+	bool release_spi(uint32_t spi);
+
+	/**
+	 * install_inbound() - build an inbound SA for @peer and start receiving on it
+	 * @keys: its SPI must come from allocate_spi()
+	 *
+	 * Builds one transform per worker, then publishes the SA in its slot.
+	 * Any older inbound SA of @peer stays: both decrypt until remove_inbound().
+	 * Throws std::invalid_argument for a peer keyed statically or not in this
+	 * table, an SPI not reserved, or keys that do not fit the cipher (the SPI
+	 * then stays reserved); std::runtime_error when OpenSSL fails.
+	 * Return: the SA (owned by the table).
+	 */
+	InboundSa* install_inbound(Peer& peer, const ChildSaKeys& keys);
+
+	/**
+	 * install_outbound() - build an outbound SA for @peer and send with it from now on
+	 * @keys: the SPI the peer allocated (>= kMinSpi); replay_window is unused
+	 *
+	 * Swaps the new SA in with one atomic exchange; the previous one is
+	 * retired (freed by collect() once no worker can hold it).
+	 * Throws as install_inbound() does.
+	 */
+	OutboundSa* install_outbound(Peer& peer, const ChildSaKeys& keys);
+
+	/// remove_inbound() - stop receiving on @spi and retire its SA.
+	/// Return: false when no run-time SA has @spi (static SAs stay).
+	bool remove_inbound(uint32_t spi);
+
+	/// remove_outbound() - stop sending to @peer (its packets drop as no_sa)
+	/// and retire its SA. Return: false when it had no run-time outbound SA.
+	bool remove_outbound(Peer& peer);
+
+	/**
+	 * collect() - free the retired SAs that no worker can still hold
+	 * Called by install and remove themselves, and on a timer by the control
+	 * plane (a worker that was busy at the last call may be idle now).
+	 * Return: how many were freed.
+	 */
+	size_t collect();
+
+	/// Retired SAs waiting for collect() (for tests and status).
+	size_t retired() const;
+
+	/// sa_info() - @peer's SAs and totals, copied under the control mutex.
+	PeerSaInfo sa_info(const Peer& peer) const;
 
 private:
+	enum class SlotState : uint8_t { free, reserved, installed };
+	/// A retired SA (one of the two) and the epoch when it was unpublished.
+	struct Retired {
+		uint64_t epoch;
+		Peer* peer;
+		std::unique_ptr<OutboundSa> out;
+		std::unique_ptr<InboundSa> in;
+	};
+	/// One worker's announcement, alone on its cache line: each worker
+	/// writes its own twice per batch, and must not slow the others down.
+	struct alignas(64) ActiveEpoch {
+		std::atomic<uint64_t> epoch{0}; ///< 0: not handling packets
+	};
+
+	void check_dynamic_peer(const Peer& peer, const char* what) const;
+	std::vector<std::unique_ptr<crypto::EspTransform>> make_transforms(const Peer& peer,
+	                                                                   const ChildSaKeys& keys) const;
+	void reserve_retired();
+	void retire(Peer* peer, std::unique_ptr<OutboundSa> out, std::unique_ptr<InboundSa> in);
+	size_t collect_locked();
+
+	size_t workers_;
 	std::vector<std::unique_ptr<Peer>> peers_;
-	std::unordered_map<uint32_t, InboundSa*> by_spi_;
+	std::unordered_map<uint32_t, InboundSa*> by_spi_; ///< static SPIs: immutable after construction
 	AllowedIps allowed_;
+
+	/// Run-time inbound SAs, published by the control plane, read by workers.
+	std::array<std::atomic<InboundSa*>, kSpiSlots> slots_{};
+	alignas(64) std::atomic<uint64_t> epoch_{1}; ///< bumped at every retirement
+	std::unique_ptr<ActiveEpoch[]> active_;      ///< one per worker
+
+	mutable std::mutex control_; ///< everything below, and the peers' run-time SA lists
+	std::array<SlotState, kSpiSlots> slot_state_{};
+	std::array<uint32_t, kSpiSlots> slot_spi_{}; ///< the reserved or installed SPI
+	std::vector<Retired> retired_;
+	std::random_device random_;
 };
 
 } // namespace esptun

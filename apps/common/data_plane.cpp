@@ -1,5 +1,8 @@
 // The packet loop: see data_plane.hpp.
 //
+// Each pass between two waits runs inside SaTable::enter()/leave(), so the
+// SAs it finds stay valid while the control plane replaces them.
+//
 // Outbound: poll says the tun side has packets (tun fd readable, or the vhost
 //   RX ring's call eventfd) -> TunPort::read_batch() up to kBatch packets,
 //   each in its own buffer behind esp::kHeadroom -> encapsulate() in place ->
@@ -24,6 +27,8 @@
 #include <cerrno>
 #include <ctime>
 #include <poll.h>
+#include <stdexcept>
+#include <string>
 #include <sys/epoll.h>
 
 namespace esptun {
@@ -48,6 +53,10 @@ bool wait_writable(int fd, int ms) noexcept {
 DataPlane::DataPlane(const SaTable& table, TunPort& tun, platform::UdpEngine& udp, DataPathStats& stats,
                      size_t worker)
     : table_(table), tun_(tun), udp_(udp), stats_(stats), worker_(worker) {
+	// The worker's transforms and its reclamation slot are indexed by it.
+	if (worker >= table.workers())
+		throw std::invalid_argument("data plane worker " + std::to_string(worker) +
+		                            " of an SA table built for " + std::to_string(table.workers()));
 	watch_sources();
 }
 
@@ -94,9 +103,15 @@ int DataPlane::run(int stop_fd) noexcept {
 			if (evs[size_t(i)].data.u64 == kUdp) udp_ready = true;
 			if (evs[size_t(i)].data.u64 == kTun) tun_ready = true;
 		}
+		// Announce the SA table's epoch for this pass, and withdraw it before
+		// the next wait: SAs replaced meanwhile are freed only once this worker
+		// is out (tunnel/sa.hpp). Also when polling without sleep, so a busy
+		// worker never holds reclamation up for longer than one pass.
+		table_.enter(worker_);
 		if (udp_ready) inbound_batch();
 		if (tun_ready) tun_.on_read_wakeup();
 		if (tun_ready || !sleep) outbound_batch();
+		table_.leave(worker_);
 	}
 }
 
@@ -167,6 +182,11 @@ void DataPlane::inbound_batch() noexcept {
 				stats_.drop(res.drop);
 			} else if (res.verdict == Verdict::ignore) {
 				stats_.ignore(res.ignore);
+				if (res.ignore == Ignore::non_esp_marker && ike_inbox_ &&
+				    len > esp::kNonEspMarkerLen)
+					ike_inbox_->push(slot.buf.subspan(off + esp::kNonEspMarkerLen,
+					                                  len - esp::kNonEspMarkerLen),
+					                 slot.from);
 			} else {
 				if (n == tun_writes_.size())
 					flush(); // only with GRO: one datagram per slot fits

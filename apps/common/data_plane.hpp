@@ -4,6 +4,7 @@
 // is a TunPort (tun_port.hpp): direct read()/write() or vhost-net rings.
 #pragma once
 
+#include "apps/common/ike_inbox.hpp"
 #include "apps/common/tun_port.hpp"
 #include "platform/udp_engine.hpp"
 #include "platform/udp_socket.hpp"
@@ -27,8 +28,10 @@ public:
 	 * @tun:   the tun side (outlives the data plane)
 	 * @udp:   the underlay socket's engine (platform/udp_engine.hpp)
 	 * @stats: counters this worker writes
-	 * @worker: this worker's index: which of each SA's transforms it uses
-	 * Throws SystemError when the epoll set cannot be made.
+	 * @worker: this worker's index: which of each SA's transforms it uses,
+	 *          and its slot in the table's reclamation epochs
+	 * Throws SystemError when the epoll set cannot be made, and
+	 * std::invalid_argument for a worker the table has no transforms for.
 	 */
 	DataPlane(const SaTable& table, TunPort& tun, platform::UdpEngine& udp, DataPathStats& stats,
 	          size_t worker = 0);
@@ -47,9 +50,15 @@ public:
 	 */
 	[[nodiscard]] int run(int stop_fd) noexcept;
 
-	/// One pass over each direction: what run() does per wake-up. Public for tests.
+	/// One pass over each direction: what run() does per wake-up. Public for
+	/// tests. run() wraps them in the table's enter()/leave(); a caller that
+	/// replaces SAs concurrently must do the same.
 	void outbound_batch() noexcept;
 	void inbound_batch() noexcept;
+
+	/// IKE messages on the ESP port (behind the non-ESP marker) go to
+	/// @inbox for the control thread; without one they are only counted.
+	void set_ike_inbox(IkeInbox* inbox) noexcept { ike_inbox_ = inbox; }
 
 private:
 	enum Source : uint64_t { kTun, kUdp, kStop }; ///< epoll_event.data of each watched fd
@@ -67,6 +76,7 @@ private:
 	platform::UdpEngine& udp_;
 	DataPathStats& stats_;
 	size_t worker_ = 0;
+	IkeInbox* ike_inbox_ = nullptr;
 	std::array<TunPacket, kBatch> tun_packets_{};
 	std::array<platform::SendSlot, kBatch> send_slots_{};
 	std::array<TunWrite, kBatch> tun_writes_{};

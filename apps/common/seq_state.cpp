@@ -86,6 +86,7 @@ SeqState::SeqState(std::string path, SaTable& table) : path_(std::move(path)), t
 		throw std::runtime_error("sequence state " + path_ + ": " + std::strerror(errno));
 	}
 	for (const auto& peer : table_.peers()) {
+		if (!peer->keyed_statically) continue; // fresh keys, fresh numbers: nothing to resume
 		OutboundSa& sa = peer->out;
 		const Key key{peer->name, sa.spi};
 		const auto it = stored.find(key);
@@ -96,14 +97,21 @@ SeqState::SeqState(std::string path, SaTable& table) : path_(std::move(path)), t
 		reserved_[key] = ahead(last, kMargin, sa.esn);
 	}
 	if (!write(reserved_)) throw std::runtime_error("sequence state " + path_ + ": " + error_);
+	publish_limits();
+}
+
+void SeqState::publish_limits() {
 	for (const auto& peer : table_.peers())
-		peer->out.seq_limit.store(reserved_[{peer->name, peer->out.spi}], std::memory_order_release);
+		if (peer->keyed_statically)
+			peer->out.seq_limit.store(reserved_.at({peer->name, peer->out.spi}),
+			                          std::memory_order_release);
 }
 
 bool SeqState::refresh() {
 	std::map<Key, uint64_t> want = reserved_;
 	bool grow = false;
 	for (const auto& peer : table_.peers()) {
+		if (!peer->keyed_statically) continue;
 		const OutboundSa& sa = peer->out;
 		const uint64_t last = sa.last_seq.load(std::memory_order_relaxed);
 		uint64_t& r = want[{peer->name, sa.spi}];
@@ -115,15 +123,16 @@ bool SeqState::refresh() {
 	if (!grow) return true;
 	if (!write(want)) return false; // durable first: only then may the data path go further
 	reserved_ = std::move(want);
-	for (const auto& peer : table_.peers())
-		peer->out.seq_limit.store(reserved_[{peer->name, peer->out.spi}], std::memory_order_release);
+	publish_limits();
 	return true;
 }
 
 bool SeqState::save_exact() {
 	std::map<Key, uint64_t> exact;
 	for (const auto& peer : table_.peers())
-		exact[{peer->name, peer->out.spi}] = peer->out.last_seq.load(std::memory_order_relaxed);
+		if (peer->keyed_statically)
+			exact[{peer->name, peer->out.spi}] =
+			    peer->out.last_seq.load(std::memory_order_relaxed);
 	return write(exact);
 }
 

@@ -1,5 +1,8 @@
 // Outbound sequence numbers that survive a restart (static SAs).
 //
+// Only statically keyed peers are tracked: an SA installed at run time (IKE)
+// has fresh keys, so starting its sequence numbers at 1 repeats nothing.
+//
 // A restarted endpoint that began again at sequence number 1 would have every
 // packet dropped by the peer's replay window until the peer restarted too.
 // So each outbound SA's sequence space is reserved ahead in a small state
@@ -56,6 +59,8 @@ public:
 
 private:
 	bool write(const std::map<std::pair<std::string, uint32_t>, uint64_t>& reserved);
+	/// Hands reserved_ to the data path (OutboundSa::seq_limit), after write().
+	void publish_limits();
 
 	std::string path_;
 	SaTable& table_;

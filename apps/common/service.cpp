@@ -9,6 +9,7 @@
 
 #include "apps/common/control.hpp"
 #include "apps/common/data_plane.hpp"
+#include "apps/common/ike_service.hpp"
 #include "apps/common/log.hpp"
 #include "apps/common/offload_tun_port.hpp"
 #include "apps/common/seq_state.hpp"
@@ -50,6 +51,7 @@ std::vector<PeerParams> peer_params(const conf::Config& config) {
 		pp.esn = p.esn;
 		pp.replay_window = p.replay_window;
 		pp.impl = config.tunnel.crypto_impl;
+		pp.keyed_statically = !p.ike; // IKE peers get their SAs from apps/common/ike_service
 		pp.out = {p.out.spi, p.out.enc_key, p.out.auth_key};
 		pp.in = {p.in.spi, p.in.enc_key, p.in.auth_key};
 		out.push_back(std::move(pp));
@@ -83,7 +85,15 @@ unsigned derive_mtu(const conf::Config& config, std::string& how) {
 				        std::to_string(kFallbackUnderlayMtu);
 			}
 		}
-		const crypto::CipherSpec& spec = crypto::cipher_spec(p.cipher);
+		// An IKE peer may end up with any suite it proposes: plan for the
+		// one with the most overhead.
+		const crypto::CipherSpec* worst = &crypto::cipher_spec(p.cipher);
+		if (p.ike)
+			for (const ike::EspSuite& e : p.ike->esp_proposals)
+				if (esp::max_inner_mtu(crypto::cipher_spec(e.cipher), underlay, outer_v6) <
+				    esp::max_inner_mtu(*worst, underlay, outer_v6))
+					worst = &crypto::cipher_spec(e.cipher);
+		const crypto::CipherSpec& spec = *worst;
 		unsigned inner = unsigned(esp::max_inner_mtu(spec, underlay, outer_v6));
 		if (inner < best) {
 			best = inner;
@@ -235,8 +245,9 @@ SeqState open_seq_state(const conf::TunnelConfig& tc, SaTable& table) {
 
 void log_crypto_choice(const conf::Config& config, const SaTable& table) {
 	for (const auto& peer : table.peers()) {
-		if (peer->spec->aead) continue;
-		std::string impl(peer->out.transforms[0]->impl_name());
+		const OutboundSa* sa = peer->outbound();
+		if (!sa || sa->spec->aead) continue;
+		std::string impl(sa->transforms[0]->impl_name());
 		std::string why = impl == "stitched"
 		                      ? std::string("CPU path ") + std::string(crypto::stitched_variant())
 		                  : config.tunnel.crypto_impl == crypto::CryptoImpl::two_pass
@@ -409,6 +420,20 @@ void run_service(const conf::Config& config, const std::string& program) {
 		wk->plane = std::make_unique<DataPlane>(table, wk->port(), *wk->engine, wk->stats, w);
 	}
 
+	// 6b. IKEv2 for peers with a psk: its port (UDP 500) is bound here, so a
+	// busy port fails before the data path starts. IKE on the ESP port comes
+	// from the workers through the inbox.
+	IkeInbox ike_inbox;
+	std::unique_ptr<IkeService> ike;
+	if (std::any_of(config.peers.begin(), config.peers.end(),
+	                [](const auto& p) { return p.ike.has_value(); })) {
+		ike = std::make_unique<IkeService>(io, config, table, workers[0]->udp->fd(), ike_inbox,
+		                                   tun.ifindex);
+		for (auto& wk : workers)
+			wk->plane->set_ike_inbox(&ike_inbox);
+		info.ike = ike.get();
+	}
+
 	// 7. Data-path threads; the control plane (signals, status socket) here.
 	ControlServer control(io, tc.control_socket, [&] {
 		// Sum the workers' counters into one view.
@@ -443,6 +468,7 @@ void run_service(const conf::Config& config, const std::string& program) {
 		seq_timer.expires_after(std::chrono::milliseconds(100));
 		seq_timer.async_wait([&](asio::error_code ec) {
 			if (ec) return;
+			table.collect(); // SAs replaced since a worker was last busy (tunnel/sa.hpp)
 			const bool ok = seq_state.refresh();
 			if (!ok && !seq_failing)
 				log::error("cannot save sequence numbers: " + seq_state.error() +
@@ -454,10 +480,12 @@ void run_service(const conf::Config& config, const std::string& program) {
 		});
 	};
 	arm_seq_timer();
+	if (ike) ike->start();
 	log::info(tun.name + " up: mtu " + std::to_string(info.mtu) + " (" + info.mtu_source +
 	          "), listening on " + info.listen + ", " + std::to_string(n_workers) + " worker(s), " +
 	          std::to_string(config.peers.size()) + " peer(s), control socket " + tc.control_socket);
 	io.run();
+	if (ike) ike->shutdown(); // tell the peers (best effort) before the SAs go
 	platform::eventfd_signal(stop.get());
 	int worker_err = 0;
 	for (auto& wk : workers) {

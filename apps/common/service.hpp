@@ -15,6 +15,7 @@
 namespace esptun {
 
 struct TunIoStats;
+class IkeService;
 
 /// PeerParams for the SA table from the config's peers.
 std::vector<PeerParams> peer_params(const conf::Config& config);
@@ -39,6 +40,7 @@ struct ServiceInfo {
 	std::string io_engine_reason;                   ///< why (auto), empty when asked for by name
 	platform::BufferSizes udp_buffers;              ///< its buffer sizes as the kernel set them
 	const class SeqState* seq_state = nullptr;      ///< the sequence number state file
+	const IkeService* ike = nullptr;                ///< IKEv2, when a peer has a psk
 	std::chrono::steady_clock::time_point started;
 };
 

@@ -2,6 +2,8 @@
 #include "apps/common/json.hpp"
 #include "apps/common/seq_state.hpp"
 #include "apps/common/service.hpp"
+
+#include "apps/common/ike_service.hpp"
 #include "apps/common/tun_port.hpp"
 
 #include <cstdio>
@@ -16,7 +18,39 @@ std::string spi_hex(uint32_t spi) {
 	return buf;
 }
 
-void write_peer(JsonWriter& j, const Peer& peer) {
+/// "sa_out": a peer's current outbound SA.
+void write_sa_out(JsonWriter& j, const SaInfo& sa) {
+	j.begin_object();
+	j.field("spi", uint64_t(sa.spi)).field("spi_hex", spi_hex(sa.spi));
+	j.field("packets", sa.packets).field("bytes", sa.bytes);
+	j.field("last_seq", sa.seq);
+	j.field("cipher", sa.cipher).field("esn", sa.esn);
+	j.end_object();
+}
+
+/// One inbound SA ("sa_in" and the entries of "sas_in").
+void write_sa_in(JsonWriter& j, const SaInfo& sa) {
+	j.begin_object();
+	j.field("spi", uint64_t(sa.spi)).field("spi_hex", spi_hex(sa.spi));
+	j.field("packets", sa.packets).field("bytes", sa.bytes);
+	j.field("highest_seq", sa.seq);
+	j.field("replay_window", sa.replay_window);
+	j.field("reordered", sa.reordered);
+	j.field("cipher", sa.cipher).field("esn", sa.esn);
+	j.end_object();
+}
+
+/**
+ * write_peer() - one entry of "peers"
+ *
+ * A statically keyed peer has one SA each way: "sa_out" and "sa_in" (also
+ * the only entry of "sas_in"). A peer keyed at run time shows its current
+ * outbound SA and its newest inbound one there (null before the first key
+ * exchange), every installed inbound SA in "sas_in" (two during a rekey),
+ * and "totals" over all the SAs it ever had.
+ */
+void write_peer(JsonWriter& j, const SaTable& table, const Peer& peer) {
+	const PeerSaInfo sas = table.sa_info(peer);
 	j.begin_object();
 	j.field("name", peer.name);
 	auto ep = peer.endpoint_snapshot();
@@ -31,28 +65,39 @@ void write_peer(JsonWriter& j, const Peer& peer) {
 	                               : "learned");
 	j.field("endpoint_changes", peer.endpoint_changes.get());
 	j.field("last_rx_unix_ms", int64_t(peer.last_rx_unix_ms.load(std::memory_order_relaxed)));
-	j.field("cipher", peer.spec->name);
-	j.field("crypto_impl", peer.out.transforms[0]->impl_name());
-	j.field("esn", peer.out.esn);
+	j.field("keying", peer.keyed_statically ? "static" : "dynamic");
+	// The suite the peer is sent with now (a rekey may change it).
+	if (sas.out) {
+		j.field("cipher", sas.out->cipher);
+		j.field("crypto_impl", sas.out->impl);
+		j.field("esn", sas.out->esn);
+	} else {
+		j.key("cipher").null().key("crypto_impl").null().key("esn").null();
+	}
 	j.key("allowed_ips").begin_array();
 	for (const IpPrefix& p : peer.allowed_ips)
 		j.value(to_string(p));
 	j.end_array();
 
-	j.key("sa_out").begin_object();
-	j.field("spi", uint64_t(peer.out.spi)).field("spi_hex", spi_hex(peer.out.spi));
-	j.field("packets", peer.out.packets.get()).field("bytes", peer.out.bytes.get());
-	j.field("last_seq", uint64_t(peer.out.last_seq.load(std::memory_order_relaxed)));
+	j.key("sa_out");
+	if (sas.out)
+		write_sa_out(j, *sas.out);
+	else
+		j.null();
+	j.key("sa_in");
+	if (!sas.in.empty())
+		write_sa_in(j, sas.in.back());
+	else
+		j.null();
+	j.key("sas_in").begin_array();
+	for (const SaInfo& sa : sas.in)
+		write_sa_in(j, sa);
+	j.end_array();
+	j.key("totals").begin_object();
+	j.field("tx_packets", sas.totals.tx_packets).field("tx_bytes", sas.totals.tx_bytes);
+	j.field("rx_packets", sas.totals.rx_packets).field("rx_bytes", sas.totals.rx_bytes);
 	j.end_object();
-
-	const InboundSa& in = *peer.in;
-	j.key("sa_in").begin_object();
-	j.field("spi", uint64_t(in.spi)).field("spi_hex", spi_hex(in.spi));
-	j.field("packets", in.packets.get()).field("bytes", in.bytes.get());
-	j.field("highest_seq", uint64_t(in.highest_seq.load(std::memory_order_relaxed)));
-	j.field("replay_window", uint64_t(in.replay.size()));
-	j.field("reordered", in.reordered.get());
-	j.end_object();
+	j.field("sas_retiring", uint64_t(sas.retiring));
 	j.end_object();
 }
 
@@ -162,8 +207,9 @@ std::string render_status(const ServiceInfo& info, const DataPathStats& stats, c
 
 	j.key("peers").begin_array();
 	for (const auto& peer : table.peers())
-		write_peer(j, *peer);
+		write_peer(j, table, *peer);
 	j.end_array();
+	if (info.ike) info.ike->write_status(j);
 	j.end_object();
 	return j.str() + "\n";
 }

@@ -16,7 +16,9 @@
 //   3 advance: [peer][delta be32]: jump the peer's outbound counter ahead.
 // flags bits 2-3 choose the source address the datagram arrives from; in an
 // encap record bit 0 makes the inner packet IPv6 and bit 4 gives it a source
-// address of another peer (a policy drop).
+// address of another peer (a policy drop); in encap and sealed records bit 5
+// sends from peer f instead, whose SA B installed at run time (found through
+// the SPI slots rather than the static map, tunnel/sa.hpp).
 // Seeds: tests/fuzz/corpus/esp_receive/ (one file per record kind and path);
 // ESPTUN_FUZZ_TRACE=1 prints the verdict of every datagram of an input.
 #include "tests/unit/tunnel/tunnel_fixture.hpp"
@@ -75,6 +77,13 @@ const test::Site kSiteE{"e",
                         test::endpoint(test::ip4(203, 0, 113, 5), 14500),
                         0x66778899,
                         0xe0};
+// Keyed at run time: B allocates its SPI (spi_base unused).
+const test::Site kSiteF{"f",
+                        test::prefix(test::ip4(10, 6, 0, 0), 16),
+                        test::prefix(test::ip6(0xfd00, 6, 0, 0), 48),
+                        test::endpoint(test::ip4(192, 0, 2, 66), 4500),
+                        0,
+                        0xf0};
 
 struct PeerSetup {
 	const test::Site* site;
@@ -85,8 +94,11 @@ const PeerSetup kPeers[] = {
     {&test::kSiteC, {crypto::Cipher::aes128_cbc_sha1, false, 64, false}},
     {&kSiteD, {crypto::Cipher::aes256_cbc_sha256, true, 0, true}},
     {&kSiteE, {crypto::Cipher::aes256_gcm, false, 8192, true}},
+    {&kSiteF, {crypto::Cipher::aes256_cbc_sha1, true, 128, true}},
 };
 constexpr size_t kPeerCount = std::size(kPeers);
+constexpr size_t kRunTime = kPeerCount - 1; ///< f: its SA installed, not configured
+constexpr size_t kStatic = kPeerCount - 1;  ///< the record's peer byte picks among these
 
 const Endpoint kSources[] = {
     test::endpoint(test::ip4(192, 0, 2, 1), 4500),
@@ -99,7 +111,23 @@ std::vector<PeerParams> receiver_params() {
 	std::vector<PeerParams> v;
 	for (const PeerSetup& p : kPeers)
 		v.push_back(test::peer_entry(test::kSiteB, *p.site, p.opt));
+	v[kRunTime].keyed_statically = false;
 	return v;
+}
+
+/// B's inbound SA for f, as IKE would install it; the keys are the ones
+/// test::peer_entry() gives f's sender. Return: its SPI.
+uint32_t install_run_time_sa(SaTable& receiver) {
+	const test::LinkOptions& o = kPeers[kRunTime].opt;
+	ChildSaKeys k;
+	k.spi = receiver.allocate_spi();
+	k.cipher = o.cipher;
+	k.enc_key = test::enc_key_to(test::kSiteB, o.cipher);
+	k.auth_key = test::auth_key_to(test::kSiteB, o.cipher);
+	k.esn = o.esn;
+	k.replay_window = o.window;
+	receiver.install_inbound(*receiver.peers()[kRunTime], k);
+	return k.spi;
 }
 
 /**
@@ -113,6 +141,7 @@ std::vector<PeerParams> receiver_params() {
  */
 struct World {
 	std::unique_ptr<SaTable> receiver;
+	uint32_t run_time_spi = 0; ///< the SPI B allocated for f
 	std::array<std::unique_ptr<SaTable>, kPeerCount> senders;
 
 	void reset() {
@@ -121,20 +150,25 @@ struct World {
 		bool rebuild = !receiver;
 		for (size_t i = 0; receiver && i < kPeerCount; i++) {
 			Peer& peer = *receiver->peers()[i];
-			peer.in->replay = ReplayWindow(kPeers[i].opt.window, kPeers[i].opt.esn);
+			InboundSa& in = i == kRunTime ? *receiver->find_inbound(run_time_spi) : *peer.in;
+			in.replay = ReplayWindow(kPeers[i].opt.window, kPeers[i].opt.esn);
 			if (kPeers[i].opt.endpoint_known)
 				peer.set_endpoint(kPeers[i].site->ep);
 			else if (peer.endpoint())
 				rebuild = true;
 		}
-		if (rebuild) receiver = std::make_unique<SaTable>(receiver_params());
+		if (rebuild) {
+			receiver = std::make_unique<SaTable>(receiver_params());
+			run_time_spi = install_run_time_sa(*receiver);
+		}
 	}
 	SaTable& sender_table(size_t i) {
 		if (!senders[i]) {
 			test::LinkOptions o = kPeers[i].opt;
 			o.endpoint_known = true; // senders always know B
-			senders[i] = std::make_unique<SaTable>(
-			    std::vector<PeerParams>{test::peer_entry(*kPeers[i].site, test::kSiteB, o)});
+			PeerParams p = test::peer_entry(*kPeers[i].site, test::kSiteB, o);
+			if (i == kRunTime) p.out.spi = run_time_spi;
+			senders[i] = std::make_unique<SaTable>(std::vector<PeerParams>{p});
 		}
 		return *senders[i];
 	}
@@ -177,12 +211,13 @@ void receive(World& w, std::span<const uint8_t> dgram, const Endpoint& src) {
 }
 
 void encap_record(World& w, Input& in) {
-	size_t p = in.u8() % kPeerCount;
+	size_t p = in.u8() % kStatic;
 	uint8_t flags = in.u8();
+	if (flags & 0x20) p = kRunTime;
 	size_t len = in.be16() % 2048;
 	const test::Site& from = *kPeers[p].site;
 	// Mostly a source the receiver allows; bit 4 picks a neighbour's (policy).
-	const test::Site& src_site = (flags & 0x10) ? *kPeers[(p + 1) % kPeerCount].site : from;
+	const test::Site& src_site = (flags & 0x10) ? *kPeers[(p + 1) % kStatic].site : from;
 	test::Rng rng(len);
 	Bytes inner = (flags & 1)
 	                  ? test::ipv6_packet(src_site.host6(3), test::kSiteB.host6(4), 40 + len, rng)
@@ -204,15 +239,16 @@ void encap_record(World& w, Input& in) {
 }
 
 void sealed_record(World& w, Input& in) {
-	size_t p = in.u8() % kPeerCount;
+	size_t p = in.u8() % kStatic;
 	uint8_t flags = in.u8();
+	if (flags & 0x20) p = kRunTime;
 	uint32_t seq_lo = in.be32();
 	uint64_t seq = uint64_t(in.u8() & 3) << 32 | seq_lo;
 	Bytes pt;
 	auto bytes = in.take(in.u8());
 	pt.assign(bytes.begin(), bytes.end());
 	Peer& s = w.sender(p);
-	size_t align = s.spec->align;
+	size_t align = s.out.spec->align;
 	pt.resize((pt.size() + align - 1) / align * align, 0);
 	if (pt.empty()) pt.resize(align, 0);
 	Bytes d = test::seal_esp(*s.out.transforms[0], s.out.spi, seq, pt);
@@ -239,7 +275,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 			sealed_record(w, in);
 			break;
 		case 3: {
-			Peer& s = w.sender(in.u8() % kPeerCount);
+			Peer& s = w.sender(in.u8() % kStatic);
 			s.out.next_seq += in.be32();
 			break;
 		}

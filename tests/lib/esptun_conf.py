@@ -128,3 +128,38 @@ def sa_pair(cipher, spi_base=0x1000):
     a_out = SaKeys.random(cipher, spi_base + 1)
     b_out = SaKeys.random(cipher, spi_base + 0x1001)
     return a_out, b_out
+
+
+# ---------------------------------------------------------------------------
+# IKEv2 configs (peers with psk instead of [peer.out]/[peer.in] keys), for the
+# road-warrior tests: [tunnel] and [[peer]] tables given as dicts, any keys.
+
+def _toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    s = str(v)
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_ike_config(tunnel, peers):
+    """render_ike_config() - TOML text from a [tunnel] dict and a list of
+    [[peer]] dicts; keys in the order given, a key whose value is None is
+    left out (e.g. a client's addresses, a responder-only peer's endpoint)."""
+    lines = ["[tunnel]"] + [f"{k} = {_toml_value(v)}" for k, v in tunnel.items()
+                            if v is not None]
+    for p in peers:
+        lines += ["", "[[peer]]"] + [f"{k} = {_toml_value(v)}" for k, v in p.items()
+                                     if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def write_private(path, text):
+    """write_private() - write a config (it holds keys) readable by its owner only."""
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+    return path

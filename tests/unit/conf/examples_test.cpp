@@ -40,3 +40,21 @@ TEST_CASE("the example client and gateway agree on SPIs and keys") {
 	CHECK(to_client->out.enc_key == to_gw.in.enc_key);
 	CHECK(to_client->out.auth_key == to_gw.in.auth_key);
 }
+
+TEST_CASE("the IKE examples load, and the client is one of the gateway's identities with its key") {
+	Config gw = load_config(kExamples / "ike-gateway.toml", Role::gateway);
+	Config cl = load_config(kExamples / "ike-client.toml", Role::client);
+	REQUIRE(cl.peers.size() == 1);
+	REQUIRE(cl.peers[0].ike);
+	CHECK(cl.tunnel.addresses.empty()); // it asks for its address
+	const PeerConfig* alice = nullptr;
+	for (const auto& p : gw.peers) {
+		REQUIRE(p.ike);
+		if (p.ike->remote_id == cl.tunnel.local_id) alice = &p;
+	}
+	REQUIRE(alice);
+	CHECK(alice->ike->psk == cl.peers[0].ike->psk);
+	CHECK(cl.peers[0].ike->remote_id == gw.tunnel.local_id);
+	REQUIRE(!gw.tunnel.address_pool.empty());
+	CHECK(gw.tunnel.address_pool[0].contains(alice->allowed_ips.at(0).addr));
+}

@@ -11,10 +11,13 @@
 
 #include "runtime_test_util.hpp"
 
+#include <algorithm>
 #include <doctest/doctest.h>
 #include <openssl/rand.h>
 #include <poll.h>
+#include <stdexcept>
 #include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -137,4 +140,122 @@ TEST_CASE(
 	CHECK(stats_b.tun_tx_packets.get() == 0);
 	uint8_t scratch[16];
 	CHECK(read(tun_b.test_end.get(), scratch, sizeof scratch) < 0);
+}
+
+namespace {
+
+/// A peer whose SAs the control plane installs at run time (IKE).
+PeerParams run_time_peer(const char* name, Endpoint ep, const char* allowed) {
+	PeerParams p;
+	p.name = name;
+	p.endpoint = ep;
+	p.allowed_ips = {*parse_prefix(allowed)};
+	p.keyed_statically = false;
+	return p;
+}
+
+/// Polls @done for up to two seconds.
+template <class F> bool eventually(F done) {
+	for (int i = 0; i < 2000; i++) {
+		if (done()) return true;
+		usleep(1000);
+	}
+	return done();
+}
+
+} // namespace
+
+TEST_CASE("a data plane refuses a worker index its SA table has no transforms for") {
+	platform::UdpSocket udp = platform::UdpSocket::bind(Endpoint{IpAddress::v4(0x7f000001), 0});
+	FakeTun tun;
+	DirectTunPort port(tun.plane_end.get());
+	platform::MmsgEngine engine(udp);
+	DataPathStats stats;
+	SaTable table({}, 2);
+	CHECK_NOTHROW((void)DataPlane(table, port, engine, stats, 1));
+	CHECK_THROWS_AS((void)DataPlane(table, port, engine, stats, 2), std::invalid_argument);
+}
+
+TEST_CASE("running data planes forward across rekeys, and the SAs they replaced get freed") {
+	Endpoint loopback{IpAddress::v4(0x7f000001), 0};
+	platform::UdpSocket udp_a = platform::UdpSocket::bind(loopback);
+	platform::UdpSocket udp_b = platform::UdpSocket::bind(loopback);
+	SaTable table_a({run_time_peer("b", udp_b.local_endpoint(), "10.99.0.2/32")});
+	SaTable table_b({run_time_peer("a", udp_a.local_endpoint(), "10.99.0.1/32")});
+	Peer& b_at_a = *table_a.peers()[0];
+	Peer& a_at_b = *table_b.peers()[0];
+	FakeTun tun_a, tun_b;
+	DataPathStats stats_a, stats_b;
+	DataPlane plane_a(table_a, tun_a.plane_end.get(), udp_a, stats_a);
+	DataPlane plane_b(table_b, tun_b.plane_end.get(), udp_b, stats_b);
+	platform::UniqueFd stop = platform::make_eventfd();
+	int err_a = -1, err_b = -1;
+	std::thread run_a([&] { err_a = plane_a.run(stop.get()); });
+	std::thread run_b([&] { err_b = plane_b.run(stop.get()); });
+
+	// The A->B direction, as IKE installs it: B's inbound SA first.
+	auto rekey = [&](crypto::Cipher c) {
+		const crypto::CipherSpec& spec = crypto::cipher_spec(c);
+		ChildSaKeys k;
+		k.spi = table_b.allocate_spi();
+		k.cipher = c;
+		k.enc_key = random_bytes(spec.enc_key_len);
+		k.auth_key = random_bytes(spec.auth_key_len);
+		table_b.install_inbound(a_at_b, k);
+		table_a.install_outbound(b_at_a, k);
+		return k.spi;
+	};
+	// Sends @n packets into tun A; true when all come out of tun B intact.
+	auto carry = [&](size_t n) {
+		std::vector<uint8_t> buf(70000);
+		for (size_t i = 0; i < n; i++) {
+			auto pkt = ipv4_packet(0x0a630001, 0x0a630002, 50 + 100 * i);
+			REQUIRE(write(tun_a.test_end.get(), pkt.data(), pkt.size()) == ssize_t(pkt.size()));
+			if (!test::wait_readable(tun_b.test_end.get())) return false;
+			const ssize_t got = read(tun_b.test_end.get(), buf.data(), buf.size());
+			if (got != ssize_t(pkt.size()) || !std::equal(pkt.begin(), pkt.end(), buf.begin()))
+				return false;
+		}
+		return true;
+	};
+
+	// No key exchange yet: counted as no_sa, nothing sent.
+	auto early = ipv4_packet(0x0a630001, 0x0a630002, 10);
+	REQUIRE(write(tun_a.test_end.get(), early.data(), early.size()) == ssize_t(early.size()));
+	CHECK(eventually([&] { return stats_a.drops_of(Drop::no_sa) == 1; }));
+	CHECK(stats_a.udp_tx_packets.get() == 0);
+
+	const uint32_t first = rekey(crypto::Cipher::aes128_gcm);
+	CHECK(carry(10));
+	const uint32_t second = rekey(crypto::Cipher::aes256_cbc_sha256);
+	// The workers sleep in epoll_wait() outside the table: the old outbound SA goes.
+	CHECK(eventually([&] {
+		table_a.collect();
+		return table_a.retired() == 0;
+	}));
+	CHECK(carry(10));
+	PeerSaInfo at_b = table_b.sa_info(a_at_b);
+	REQUIRE(at_b.in.size() == 2);
+	CHECK(at_b.in[0].spi == first);
+	CHECK(at_b.in[0].packets == 10);
+	CHECK(at_b.in[1].spi == second);
+	CHECK(at_b.in[1].packets == 10);
+	CHECK(table_b.remove_inbound(first));
+	CHECK(eventually([&] {
+		table_b.collect();
+		return table_b.retired() == 0;
+	}));
+	CHECK(carry(3));
+	at_b = table_b.sa_info(a_at_b);
+	CHECK(at_b.in.size() == 1);
+	CHECK(at_b.totals.rx_packets == 23);
+	CHECK(table_a.sa_info(b_at_a).totals.tx_packets == 23);
+	for (size_t i = 0; i < kDropReasons; i++)
+		CHECK(stats_b.drops[i].get() == 0);
+
+	platform::eventfd_signal(stop.get());
+	run_a.join();
+	run_b.join();
+	CHECK(err_a == 0);
+	CHECK(err_b == 0);
 }

@@ -146,3 +146,30 @@ TEST_CASE("an unwritable state folder is an error naming the file") {
 	CHECK_THROWS_WITH_AS(SeqState("/proc/esptun-no-such-dir/esp0.seq", table),
 	                     doctest::Contains("/proc/esptun-no-such-dir/esp0.seq"), std::runtime_error);
 }
+
+TEST_CASE("peers keyed at run time are left out of the state file and keep no limit") {
+	TempDir dir;
+	std::vector<PeerParams> params = two_peers();
+	PeerParams ike;
+	ike.name = "site-ike";
+	ike.allowed_ips = {*parse_prefix("10.99.0.9/32")};
+	ike.keyed_statically = false;
+	params.push_back(ike);
+	SaTable table(params);
+	SeqState st(dir.path + "/esp0.seq", table);
+	CHECK(st.refresh());
+	CHECK(st.save_exact());
+	const auto entries = parse_seq_state(read_file(st.path()));
+	CHECK(entries.size() == 2);
+	CHECK(read_file(st.path()).find("site-ike") == std::string::npos);
+	CHECK(st.resumed_at("site-ike") == 0);
+	// An SA installed later has fresh keys, counts from 1 and is not limited.
+	ChildSaKeys k;
+	k.spi = 0x4242;
+	k.enc_key = std::vector<uint8_t>(20, 1);
+	OutboundSa* sa = table.install_outbound(peer(table, 2), k);
+	CHECK(sa->next_seq == 1);
+	CHECK(sa->seq_limit.load() == UINT64_MAX);
+	CHECK(st.refresh());
+	CHECK(parse_seq_state(read_file(st.path())).size() == 2);
+}

@@ -1,0 +1,137 @@
+// Peers keyed by IKEv2 in the config: what they accept, their defaults, and
+// the errors for keys that belong to the other kind of peer.
+#include "conf/config.hpp"
+
+#include <doctest/doctest.h>
+#include <string>
+
+using namespace esptun;
+using namespace esptun::conf;
+
+namespace {
+
+const char* kGateway = R"([tunnel]
+listen = "0.0.0.0:4500"
+local_id = "gw.example"
+address_pool = ["10.77.0.0/24"]
+dns = ["10.77.0.53"]
+
+[[peer]]
+name = "alice"
+allowed_ips = ["10.77.0.10/32", "192.168.9.0/24"]
+psk = "alice-pre-shared-key-0123456789"
+remote_id = "alice@example.com"
+ike_proposals = ["aes256gcm16-prfsha384-ecp256", "aes128-sha256-modp2048"]
+esp_proposals = ["aes128-sha1-noesn"]
+rekey_time = 600
+ike_rekey_time = 0
+dpd_interval = 10
+)";
+
+/// The error text for @text as a gateway config, or "" if it parses.
+std::string error_of(const std::string& text, Role role = Role::gateway) {
+	try {
+		parse_config(text, "t.toml", role);
+	} catch (const ConfigError& e) {
+		return e.what();
+	}
+	return "";
+}
+
+std::string with(const std::string& base, const std::string& from, const std::string& to) {
+	std::string s = base;
+	const size_t at = s.find(from);
+	REQUIRE(at != std::string::npos);
+	return s.replace(at, from.size(), to);
+}
+
+} // namespace
+
+TEST_CASE("an IKE peer parses with its proposals, timers and identities") {
+	Config c = parse_config(kGateway, "t.toml", Role::gateway);
+	REQUIRE(c.peers.size() == 1);
+	const PeerConfig& p = c.peers[0];
+	REQUIRE(p.ike);
+	CHECK(std::string(p.ike->psk.begin(), p.ike->psk.end()) == "alice-pre-shared-key-0123456789");
+	CHECK(p.ike->remote_id == "alice@example.com");
+	CHECK(p.ike->local_id == "gw.example"); // from [tunnel]
+	REQUIRE(p.ike->ike_proposals.size() == 2);
+	CHECK(p.ike->ike_proposals[0].dh == ike::DhGroup::ecp256);
+	REQUIRE(p.ike->esp_proposals.size() == 1);
+	CHECK(p.ike->esp_proposals[0].esn == ike::EsnOffer::no);
+	CHECK(p.ike->rekey_time == 600);
+	CHECK(p.ike->ike_rekey_time == 0);
+	CHECK(p.ike->dpd_interval == 10);
+	CHECK(!p.ike->initiate); // no endpoint: it waits for the client
+	CHECK(c.tunnel.ike_port == 500);
+	REQUIRE(c.tunnel.address_pool.size() == 1);
+	CHECK(to_string(c.tunnel.dns.at(0)) == "10.77.0.53");
+}
+
+TEST_CASE("IKE peer defaults: remote_id is the name, initiate follows the endpoint, psk in hex") {
+	const std::string text = R"([tunnel]
+[[peer]]
+name = "hq"
+endpoint = "192.0.2.1"
+allowed_ips = ["10.1.0.0/16"]
+psk = "0x00112233445566778899aabbccddeeff"
+)";
+	Config c = parse_config(text, "t.toml", Role::gateway);
+	const IkePeerConfig& ike = *c.peers[0].ike;
+	CHECK(ike.remote_id == "hq");
+	CHECK(ike.initiate);
+	CHECK(ike.psk.size() == 16);
+	CHECK(ike.psk[15] == 0xff);
+	CHECK(ike.ike_proposals == ike::default_ike_proposals());
+	CHECK(ike.rekey_time == 3600);
+}
+
+TEST_CASE("config errors for IKE peers name the line and the fix") {
+	CHECK(error_of(with(kGateway, "rekey_time = 600", "cipher = \"aes128-gcm\""))
+	          .find("t.toml:14: 'cipher' is for a statically keyed peer") != std::string::npos);
+	CHECK(error_of(with(kGateway, "psk = \"alice-pre-shared-key-0123456789\"", "psk = \"short\""))
+	          .find("is 5 bytes; use at least 16") != std::string::npos);
+	CHECK(error_of(with(kGateway, "\"aes128-sha256-modp2048\"", "\"aes128-sha256-modp1024\""))
+	          .find("'modp1024' is refused") != std::string::npos);
+	CHECK(error_of(with(kGateway, "\"aes128-sha1-noesn\"", "\"aes128-md5\"")).find("'md5' is refused") !=
+	      std::string::npos);
+	CHECK(error_of(with(kGateway, "dpd_interval = 10", "initiate = true"))
+	          .find("initiate = true needs an endpoint") != std::string::npos);
+	CHECK(error_of(with(kGateway, "rekey_time = 600", "rekey_time = 2"))
+	          .find("rekey_time 2 is out of range") != std::string::npos);
+	CHECK(error_of(with(kGateway, "address_pool = [\"10.77.0.0/24\"]", "")).find("add address_pool") !=
+	      std::string::npos);
+	CHECK(
+	    error_of(with(kGateway, "address_pool = [\"10.77.0.0/24\"]", "address_pool = [\"10.77.0.1/24\"]"))
+	        .find("is not a network") != std::string::npos);
+	CHECK(error_of(with(kGateway, "psk = \"alice-pre-shared-key-0123456789\"",
+	                    "psk = \"alice-pre-shared-key-0123456789\"\npsk_file = \"x\""))
+	          .find("not both") != std::string::npos);
+	// IKE-only keys on a statically keyed peer.
+	const std::string stat = R"([tunnel]
+[[peer]]
+name = "s"
+cipher = "aes128-gcm"
+allowed_ips = ["10.1.0.0/16"]
+remote_id = "x"
+[peer.out]
+spi = 0x1001
+key = "0x00112233445566778899aabbccddeeff00112233"
+[peer.in]
+spi = 0x1002
+key = "0x00112233445566778899aabbccddeeff00112233"
+)";
+	CHECK(error_of(stat).find("t.toml:6: 'remote_id' only applies to a peer keyed by IKEv2") !=
+	      std::string::npos);
+	// A client asks for its address; it does not hand any out.
+	const std::string client = R"([tunnel]
+address_pool = ["10.77.0.0/24"]
+[[peer]]
+name = "gw"
+endpoint = "192.0.2.1"
+allowed_ips = ["10.77.0.0/24"]
+psk = "alice-pre-shared-key-0123456789"
+)";
+	CHECK(error_of(client, Role::client).find("address_pool and dns are for a gateway") !=
+	      std::string::npos);
+}
