@@ -8,6 +8,10 @@
 //   check -> open (verify ICV, decrypt) -> replay commit -> trailer and
 //   padding checks -> inner packet checks -> inner source allowed? ->
 //   endpoint update -> inner packet for the tun.
+//
+// Both run between SaTable::enter() and leave() of the calling worker: the
+// SAs they find may be replaced by the control plane meanwhile (IKE rekeys),
+// and the table frees a replaced SA only once every worker has left.
 #pragma once
 
 #include "tunnel/counters.hpp"

@@ -215,6 +215,22 @@ void IkeService::send(ike::Port via, const Endpoint& to, std::span<const uint8_t
 		send_errors_++; // the engine retransmits requests; a lost answer is asked for again
 }
 
+void IkeService::peer_moved(size_t peer, const Endpoint& to) {
+	Peer& p = *table_peers_[peer];
+	if (p.endpoint() == to) return; // ESP already followed it
+	p.set_endpoint(to);
+	log::info("peer " + p.name + ": moved to " + to_string(to) + " (authenticated IKE message)");
+}
+
+void IkeService::send_keepalive(const Endpoint& to) {
+	const uint8_t ff = 0xff;
+	sockaddr_storage ss{};
+	const socklen_t slen = platform::to_sockaddr(to, natt_family_, ss);
+	if (slen == 0 ||
+	    ::sendto(natt_fd_, &ff, 1, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&ss), slen) < 0)
+		send_errors_++;
+}
+
 std::optional<Endpoint> IkeService::local_endpoint(ike::Port via, const Endpoint& to) {
 	Endpoint local;
 	local.port = via == ike::Port::ike && ike_fd_ ? ike_port_ : natt_port_;
@@ -388,7 +404,10 @@ void IkeService::write_status(JsonWriter& j) const {
 		j.field("age_s", s.age_s);
 		j.field("child_rekeys", s.child_rekeys);
 		j.field("ike_rekeys", s.ike_rekeys);
-		for (auto [key, list] : {std::pair{"virtual_ips", &s.virtual_ips}, std::pair{"dns", &s.dns}}) {
+		j.field("behind_nat", s.behind_nat);
+		j.field("rekey_in_s", s.rekey_in_s);
+		for (auto [key, list] :
+		     {std::pair{"virtual_ips", &s.virtual_ips}, std::pair{"dns", &s.dns}}) {
 			j.key(key).begin_array();
 			for (const std::string& a : *list)
 				j.value(a);
@@ -403,6 +422,7 @@ void IkeService::write_status(JsonWriter& j) const {
 			j.field("esn", ch.esn);
 			j.field("age_s", ch.age_s);
 			j.field("sending", ch.sending);
+			j.field("rekey_in_s", ch.rekey_in_s);
 			j.end_object();
 		}
 		j.end_array();

@@ -108,6 +108,7 @@ class Config:
     ike_log_level: int = 2
     esp_log_level: int = 1  # 2 logs every ESP packet (and drops for unknown SPIs)
     cfg_log_level: int = 2  # 2: proposal and traffic selector choices (and a config dump)
+    log_ms: bool = False  # log times as HH:MM:SS.mmm (filelog time_add_ms) instead of HH:MM:SS
 
 
 def _csv(v):
@@ -140,6 +141,7 @@ def strongswan_conf(cfg, vici_socket):
       esp = {cfg.esp_log_level}
       cfg = {cfg.cfg_log_level}
       time_format = %H:%M:%S
+      time_add_ms = {'yes' if cfg.log_ms else 'no'}
       ike_name = yes
     }}
   }}

@@ -331,6 +331,8 @@ struct Engine::IkeSa {
 	Clock::time_point rekey_at{};       ///< when we rekey this IKE SA; {} = never
 	std::vector<uint32_t> delete_queue; ///< CHILD_SAs (inbound SPIs) to delete when no request is out
 	std::vector<IpAddress> virtual_ips, dns; ///< from the configuration payload exchange
+	bool behind_nat = false;                 ///< send NAT keepalives (RFC 3948 section 2.3)
+	Clock::time_point next_keepalive{};
 	uint32_t child_rekeys = 0, ike_rekeys = 0;
 
 	uint64_t our_spi() const noexcept { return initiator ? spi_i : spi_r; }
@@ -514,8 +516,11 @@ void Engine::receive(Port via, const Endpoint& from, std::span<const uint8_t> ms
 	// An authenticated message from a new address: the peer moved, or a NAT
 	// in between did (section 2.23); follow it.
 	if (!(from == sa->remote) || via != sa->via) {
+		const bool moved =
+		    !(from == sa->remote) && sa->state == IkeSa::State::established && sa->peer;
 		sa->remote = from;
 		sa->via = via;
+		if (moved && via == Port::natt) host_.peer_moved(*sa->peer, from);
 	}
 	if (h.is_response()) {
 		handle_response(*sa, inner, now);
@@ -585,12 +590,34 @@ std::vector<uint8_t> Engine::cookie_for(const Endpoint& from, uint64_t spi_i,
 }
 
 std::vector<Payload> Engine::nat_detection(uint64_t spi_i, uint64_t spi_r, Port via, const Endpoint& remote) {
+	// esptun carries ESP in UDP only (RFC 3948), so the peer must
+	// encapsulate whether or not there is a NAT. A peer does that when it
+	// believes one side is behind a NAT, so our source hash is deliberately
+	// one of no address (strongSwan's encap=yes does the same). The
+	// destination hash is honest: it lets the peer find out about its own NAT.
+	(void)via;
+	std::vector<uint8_t> fake(SHA_DIGEST_LENGTH);
+	random_bytes(fake);
 	std::vector<Payload> out;
-	std::optional<Endpoint> local = host_.local_endpoint(via, remote);
-	if (!local) return out;
-	out.push_back(make_notify(notify::nat_detection_source_ip, nat_hash(spi_i, spi_r, *local)));
+	out.push_back(make_notify(notify::nat_detection_source_ip, std::move(fake)));
 	out.push_back(make_notify(notify::nat_detection_destination_ip, nat_hash(spi_i, spi_r, remote)));
 	return out;
+}
+
+bool Engine::we_are_behind_nat(const Message& m, uint64_t spi_i, uint64_t spi_r, Port via,
+                               const Endpoint& remote) {
+	// Section 2.23: the peer hashed our address as it saw it arrive; if none
+	// of its NAT_DETECTION_DESTINATION_IP values is the hash of the address
+	// we sent from, something in between rewrote it.
+	std::optional<Endpoint> local = host_.local_endpoint(via, remote);
+	bool any = false;
+	for (const Payload& p : m.payloads) {
+		const auto* n = std::get_if<NotifyPayload>(&p);
+		if (!n || n->type != notify::nat_detection_destination_ip) continue;
+		any = true;
+		if (local && ct_equal(n->data, nat_hash(spi_i, spi_r, *local))) return false;
+	}
+	return any && local;
 }
 
 void Engine::send_plain_notify(Port via, const Endpoint& to, const Header& req, uint16_t type,
@@ -683,6 +710,7 @@ void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const
 	sa->sk_in = std::make_unique<SkCipher>(sa->suite, sa->keys.sk_ei, sa->keys.sk_ai);
 	sa->sk_out = std::make_unique<SkCipher>(sa->suite, sa->keys.sk_er, sa->keys.sk_ar);
 	sa->init_request.assign(msg.begin(), msg.end());
+	sa->behind_nat = we_are_behind_nat(m, sa->spi_i, 0, via, from);
 
 	Header rh;
 	rh.spi_i = sa->spi_i;
@@ -825,6 +853,7 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 	sa.sk_in = std::make_unique<SkCipher>(sa.suite, sa.keys.sk_er, sa.keys.sk_ar);
 	sa.sk_out = std::make_unique<SkCipher>(sa.suite, sa.keys.sk_ei, sa.keys.sk_ai);
 	sa.init_response.assign(msg.begin(), msg.end());
+	sa.behind_nat = we_are_behind_nat(m, sa.spi_i, sa.spi_r, sa.via, sa.remote);
 	sa.pending.reset();
 	sa.next_id = 1;
 	sa.last_heard = now;
@@ -1109,6 +1138,7 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 void Engine::established(IkeSa& sa, Clock::time_point now) {
 	sa.state = IkeSa::State::established;
 	sa.established_at = now;
+	sa.next_keepalive = now + kKeepaliveInterval;
 	if (peers_[*sa.peer].ike_rekey_s) sa.rekey_at = now + jittered(peers_[*sa.peer].ike_rekey_s);
 	host_.log("peer " + peers_[*sa.peer].name + ": IKE SA established with " + endpoint_text(sa.remote) +
 	          " (" + ike_suite_name(sa.suite) + ", SPIs " + hex_spi(sa.spi_i, 16) + "_i " +
@@ -1246,6 +1276,8 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 		next->delete_queue = std::move(sa.delete_queue);
 		next->virtual_ips = sa.virtual_ips;
 		next->dns = sa.dns;
+		next->behind_nat = sa.behind_nat;
+		next->next_keepalive = sa.next_keepalive;
 		if (pol.ike_rekey_s) next->rekey_at = now + jittered(pol.ike_rekey_s);
 		std::vector<Payload> reply{SaPayload{{choice->reply}}, NoncePayload{nr},
 		                           KePayload{uint16_t(next->suite.dh),
@@ -1526,6 +1558,8 @@ void Engine::handle_rekey_ike_response(IkeSa& sa, PendingRequest& req, std::vect
 	sa.delete_queue.clear();
 	next->virtual_ips = sa.virtual_ips;
 	next->dns = sa.dns;
+	next->behind_nat = sa.behind_nat;
+	next->next_keepalive = sa.next_keepalive;
 	next->created = sa.created;
 	next->established_at = now;
 	next->last_heard = now;
@@ -1631,6 +1665,13 @@ void Engine::tick(Clock::time_point now) {
 			host_.send(sa.via, sa.remote, p.bytes);
 			counters_.sent++;
 			continue;
+		}
+		if (sa.state == IkeSa::State::established && sa.behind_nat && !sa.rekeyed &&
+		    now >= sa.next_keepalive) {
+			// Behind a NAT: keep its mapping open for the peer's packets, also
+			// when we have nothing to send (RFC 3948 section 2.3).
+			host_.send_keepalive(sa.remote);
+			sa.next_keepalive = now + kKeepaliveInterval;
 		}
 		if (sa.state == IkeSa::State::established && !sa.pending && sa.peer && !sa.rekeyed) {
 			if (!sa.delete_queue.empty()) {
@@ -1772,14 +1813,24 @@ std::vector<IkeSaStatus> Engine::status(Clock::time_point now) const {
 		s.age_s = std::chrono::duration_cast<seconds>(now - since).count();
 		s.child_rekeys = sa->child_rekeys;
 		s.ike_rekeys = sa->ike_rekeys;
+		s.behind_nat = sa->behind_nat;
+		if (sa->rekey_at != Clock::time_point{})
+			s.rekey_in_s = std::chrono::duration_cast<seconds>(sa->rekey_at - now).count();
 		for (const IpAddress& a : sa->virtual_ips)
 			s.virtual_ips.push_back(to_string(a));
 		for (const IpAddress& a : sa->dns)
 			s.dns.push_back(to_string(a));
-		for (const ChildSa& c : sa->children)
-			s.children.push_back(
-			    {c.spi_in, c.spi_out, std::string(crypto::cipher_spec(c.cipher).name), c.esn,
-			     std::chrono::duration_cast<seconds>(now - c.created).count(), c.sending});
+		for (const ChildSa& c : sa->children) {
+			ChildStatus cs{c.spi_in,
+			               c.spi_out,
+			               std::string(crypto::cipher_spec(c.cipher).name),
+			               c.esn,
+			               std::chrono::duration_cast<seconds>(now - c.created).count(),
+			               c.sending};
+			if (c.rekey_at != Clock::time_point{} && c.sending)
+				cs.rekey_in_s = std::chrono::duration_cast<seconds>(c.rekey_at - now).count();
+			s.children.push_back(std::move(cs));
+		}
 		out.push_back(std::move(s));
 	}
 	return out;

@@ -106,6 +106,10 @@ public:
 	/// called before the CHILD_SA that uses them is installed.
 	virtual void assigned(size_t /*peer*/, std::span<const IpAddress> /*addresses*/,
 	                      std::span<const IpAddress> /*dns*/) {}
+	/// An authenticated IKE message came from @to, a new address: ESP follows it.
+	virtual void peer_moved(size_t /*peer*/, const Endpoint& /*to*/) {}
+	/// Sends a NAT keepalive (one 0xff byte, RFC 3948 section 2.3) to @to on the ESP port.
+	virtual void send_keepalive(const Endpoint& /*to*/) {}
 	/// One line for the operator (never called per data packet).
 	virtual void log(const std::string& line) = 0;
 };
@@ -130,7 +134,8 @@ struct ChildStatus {
 	std::string cipher;
 	bool esn = false;
 	int64_t age_s = 0;
-	bool sending = true; ///< the outbound half is the peer's current one
+	bool sending = true;     ///< the outbound half is the peer's current one
+	int64_t rekey_in_s = -1; ///< until our rekey; -1 = we do not rekey it
 };
 
 /// Status of one IKE SA.
@@ -143,6 +148,8 @@ struct IkeSaStatus {
 	std::string remote;
 	int64_t age_s = 0;
 	uint32_t child_rekeys = 0, ike_rekeys = 0;
+	bool behind_nat = false;              ///< NAT detection says our address is translated
+	int64_t rekey_in_s = -1;              ///< until our rekey; -1 = we do not rekey it
 	std::vector<std::string> virtual_ips; ///< handed out (gateway) or received (client)
 	std::vector<std::string> dns;
 	std::vector<ChildStatus> children;
@@ -175,6 +182,8 @@ public:
 	static constexpr size_t kCookieThreshold = 64;
 	/// At most this many half-open SAs at all; more are dropped.
 	static constexpr size_t kHalfOpenLimit = 4096;
+	/// NAT keepalive interval while behind a NAT (RFC 3948 section 4 suggests 20 s).
+	static constexpr std::chrono::seconds kKeepaliveInterval{20};
 
 	struct IkeSa;
 
@@ -216,6 +225,8 @@ private:
 	std::string peer_label(const IkeSa& sa) const;
 	void log_limited(const std::string& line);
 	std::vector<Payload> nat_detection(uint64_t spi_i, uint64_t spi_r, Port via, const Endpoint& remote);
+	bool we_are_behind_nat(const Message& m, uint64_t spi_i, uint64_t spi_r, Port via,
+	                       const Endpoint& remote);
 	std::vector<uint8_t> cookie_for(const Endpoint& from, uint64_t spi_i,
 	                                std::span<const uint8_t> ni) const;
 

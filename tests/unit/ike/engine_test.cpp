@@ -38,7 +38,17 @@ struct FakeHost : Host {
 	void send(Port via, const Endpoint& to, std::span<const uint8_t> msg) override {
 		out.push_back({via, to, {msg.begin(), msg.end()}});
 	}
-	std::optional<Endpoint> local_endpoint(Port, const Endpoint&) override { return self; }
+	std::optional<Endpoint> nat_inside; ///< set: we sit behind a NAT, this is our own address
+	int keepalives = 0;
+	std::vector<Endpoint> moved;
+	void peer_moved(size_t, const Endpoint& to) override { moved.push_back(to); }
+	std::optional<Endpoint> local_endpoint(Port, const Endpoint&) override {
+		return nat_inside ? nat_inside : self;
+	}
+	void send_keepalive(const Endpoint& to) override {
+		CHECK(to.port == 4500);
+		keepalives++;
+	}
 	uint32_t allocate_spi() override {
 		reserved.insert(next_spi);
 		return next_spi++;
@@ -568,4 +578,46 @@ TEST_CASE("a client that gets no virtual address gives up with a clear reason") 
 	CHECK(p.ha.logged("the gateway assigned no virtual address"));
 	CHECK(p.hb.logged("asks for a virtual address, but none of its allowed_ips is in"));
 	CHECK(p.state(*p.b) == "none"); // told by a Delete
+}
+
+TEST_CASE("NAT detection: the side behind a NAT finds out and sends keepalives, the other does not") {
+	for (int behind : {0, 1}) {
+		CAPTURE(behind);
+		Pair p(policy("b", "a.example", "b.example"), policy("a", "b.example", "a.example"));
+		// A's packets leave from 192.168.1.5 and arrive at B from 10.0.0.1.
+		(behind ? p.hb : p.ha).nat_inside = ep("192.168.1.5:4500");
+		p.a->start(p.now);
+		p.pump();
+		REQUIRE(p.state(*p.a) == "established");
+		CHECK(p.a->status(p.now)[0].behind_nat == (behind == 0));
+		CHECK(p.b->status(p.now)[0].behind_nat == (behind == 1));
+		p.advance(std::chrono::seconds(61));
+		FakeHost& nat = behind ? p.hb : p.ha;
+		FakeHost& open = behind ? p.ha : p.hb;
+		CHECK(nat.keepalives == 3);
+		CHECK(open.keepalives == 0);
+	}
+}
+
+TEST_CASE("an authenticated IKE message from a new address moves the peer; a forged one does not") {
+	PeerPolicy pa = policy("b", "a.example", "b.example");
+	pa.dpd_interval_s = 5;
+	Pair p(pa, policy("a", "b.example", "a.example"));
+	p.a->start(p.now);
+	p.pump();
+	REQUIRE(p.state(*p.b) == "established");
+	p.now += std::chrono::seconds(6);
+	p.a->tick(p.now); // a liveness check from A
+	REQUIRE(p.ha.out.size() == 1);
+	const std::vector<uint8_t> msg = p.ha.out.front().bytes;
+	p.ha.out.clear();
+	std::vector<uint8_t> forged = msg;
+	forged.back() ^= 1;
+	p.b->receive(Port::natt, ep("10.0.0.9:4500"), forged, p.now);
+	CHECK(p.hb.moved.empty());
+	p.b->receive(Port::natt, ep("10.0.0.9:4500"), msg, p.now);
+	REQUIRE(p.hb.moved.size() == 1);
+	CHECK(p.hb.moved[0] == ep("10.0.0.9:4500"));
+	REQUIRE(p.hb.out.size() == 1);
+	CHECK(p.hb.out.front().to == ep("10.0.0.9:4500")); // the answer follows too
 }
