@@ -17,7 +17,8 @@ std::string spi_text(uint32_t spi) {
 	return buf;
 }
 
-SaInfo out_info(const OutboundSa& sa, bool keyed_statically) {
+/// The fields both directions have; @seq: the last sent or highest received number.
+template <class Sa> SaInfo common_info(const Sa& sa, bool keyed_statically, uint64_t seq) {
 	SaInfo i;
 	i.spi = sa.spi;
 	i.cipher = sa.spec->name;
@@ -26,20 +27,16 @@ SaInfo out_info(const OutboundSa& sa, bool keyed_statically) {
 	i.keyed_statically = keyed_statically;
 	i.packets = sa.packets.get();
 	i.bytes = sa.bytes.get();
-	i.seq = sa.last_seq.load(std::memory_order_relaxed);
+	i.seq = seq;
 	return i;
 }
 
+SaInfo out_info(const OutboundSa& sa, bool keyed_statically) {
+	return common_info(sa, keyed_statically, sa.last_seq.load(std::memory_order_relaxed));
+}
+
 SaInfo in_info(const InboundSa& sa, bool keyed_statically) {
-	SaInfo i;
-	i.spi = sa.spi;
-	i.cipher = sa.spec->name;
-	i.impl = std::string(sa.transforms.front()->impl_name());
-	i.esn = sa.esn;
-	i.keyed_statically = keyed_statically;
-	i.packets = sa.packets.get();
-	i.bytes = sa.bytes.get();
-	i.seq = sa.highest_seq.load(std::memory_order_relaxed);
+	SaInfo i = common_info(sa, keyed_statically, sa.highest_seq.load(std::memory_order_relaxed));
 	i.replay_window = sa.replay.size();
 	i.reordered = sa.reordered.get();
 	return i;
