@@ -4,6 +4,7 @@
 #include "conf/config.hpp"
 
 #include "conf/checks.hpp"
+#include "tunnel/address_pool.hpp"
 #include "tunnel/ike/engine.hpp"
 
 #include <toml++/toml.h>
@@ -134,7 +135,7 @@ private:
 	void parse_tunnel(const toml::table& t);
 	void parse_peers(const toml::node& n);
 	PeerConfig parse_peer(const toml::table& t);
-	void parse_allowed_ips(const toml::table& t, PeerConfig& peer);
+	void parse_allowed_ips(const toml::table& t, PeerConfig& peer, bool may_be_empty);
 	void parse_endpoint_key(const toml::table& t, PeerConfig& peer);
 	IkePeerConfig parse_ike_peer(const toml::table& t, const PeerConfig& peer);
 	SaConfig parse_sa(const toml::table& peer_table, const PeerConfig& peer, std::string_view dir,
@@ -350,6 +351,14 @@ void Loader::parse_tunnel(const toml::table& t) {
 		if (!p || p->network() != *p)
 			fail(a.line, "address_pool entry " + q(a.value) +
 			                 " is not a network; write e.g. \"10.77.0.0/24\" (host bits clear)");
+		if (p->addr.max_prefix() - p->len > AddressPool::kMaxHostBits)
+			fail(a.line, "address_pool entry " + q(a.value) + " is larger than " +
+			                 (p->addr.family == Family::v4 ? "a /16" : "a /112") +
+			                 " (2^16 addresses); split off a smaller network for clients");
+		for (const IpPrefix& other : tc.address_pool)
+			if (other.overlaps(*p))
+				fail(a.line, "address_pool entry " + q(a.value) + " overlaps " +
+				                 q(to_string(other)) + "; list each network once");
 		tc.address_pool.push_back(*p);
 	}
 	for (const auto& a : get_strings(t, "dns", where, &dns_line_)) {
@@ -535,7 +544,9 @@ PeerConfig Loader::parse_peer(const toml::table& t) {
 	}
 
 	parse_endpoint_key(t, peer);
-	parse_allowed_ips(t, peer);
+	// A client of a gateway with an address pool may have no allowed_ips:
+	// its address is then leased from the pool when it connects.
+	parse_allowed_ips(t, peer, ike && role_ == Role::gateway && !config_.tunnel.address_pool.empty());
 
 	if (auto v = get_bool(t, "esn", where)) peer.esn = v->value;
 	if (auto v = get_int(t, "replay_window", where)) {
@@ -684,14 +695,18 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 	return ike;
 }
 
-void Loader::parse_allowed_ips(const toml::table& t, PeerConfig& peer) {
+void Loader::parse_allowed_ips(const toml::table& t, PeerConfig& peer, bool may_be_empty) {
 	int line = 0;
 	auto entries = get_strings(t, "allowed_ips", "[[peer]]", &line);
-	if (entries.empty())
+	if (entries.empty() && !may_be_empty)
 		fail(line > 0 ? line : peer.line,
 		     "peer " + q(peer.name) +
 		         " needs allowed_ips: the inner addresses routed to it and accepted " +
-		         "from it, e.g. allowed_ips = [\"10.99.0.2/32\", \"192.168.50.0/24\"]");
+		         "from it, e.g. allowed_ips = [\"10.99.0.2/32\", \"192.168.50.0/24\"]" +
+		         ((t.contains("psk") || t.contains("psk_file")) && role_ == Role::gateway
+		              ? " (or, for a client that gets its address from the pool, an "
+		                "address_pool in [tunnel])"
+		              : ""));
 	for (const auto& a : entries) {
 		auto p = parse_prefix(a.value);
 		if (!p)

@@ -113,9 +113,11 @@ struct TunnelConfig {
 	/// 7296 section 2.23); 0 = IKE only on the listen port. Used when a peer has psk.
 	uint16_t ike_port = kDefaultIkePort;
 	std::string local_id; ///< our IKE identity; default: the host name
-	/// Gateway: the networks virtual client addresses come from. An IKE peer
-	/// whose allowed_ips holds a host address inside one is given that
-	/// address when it asks (configuration payload, RFC 7296 section 3.15).
+	/// Gateway: the networks virtual client addresses come from (each at most
+	/// 2^16 addresses). An IKE peer whose allowed_ips holds a host address
+	/// inside one is given that address when it asks (configuration payload,
+	/// RFC 7296 section 3.15); any other gets a free one leased for as long
+	/// as its IKE SA lives.
 	std::vector<IpPrefix> address_pool;
 	std::vector<IpAddress> dns; ///< gateway: DNS servers handed to clients with their address
 };

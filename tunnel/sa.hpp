@@ -33,6 +33,7 @@
 #pragma once
 
 #include "crypto/esp_transform.hpp"
+#include "tunnel/address_pool.hpp"
 #include "tunnel/allowed_ips.hpp"
 #include "tunnel/counters.hpp"
 #include "tunnel/inet.hpp"
@@ -256,8 +257,14 @@ public:
 
 	// --- Data path: any worker thread, lock-free. -------------------------
 
-	/// Outbound: the peer whose allowed_ips best match @dst.
-	Peer* route(const IpAddress& dst) const noexcept { return allowed_.lookup(dst); }
+	/// Outbound: the peer holding @dst as its virtual address (a host route,
+	/// so the longest match there can be), else the one whose allowed_ips
+	/// best match it. Inbound, the same lookup checks the inner source.
+	Peer* route(const IpAddress& dst) const noexcept {
+		if (!pool_.empty())
+			if (Peer* p = pool_.lookup(dst)) return p;
+		return allowed_.lookup(dst);
+	}
 
 	/**
 	 * find_inbound() - the SA receiving with @spi, or nullptr
@@ -287,6 +294,13 @@ public:
 
 	const std::vector<std::unique_ptr<Peer>>& peers() const noexcept { return peers_; }
 	size_t workers() const noexcept { return workers_; }
+
+	/// set_address_pool() - the addresses IKE clients lease (before the
+	/// data path starts; the pool is empty until then).
+	void set_address_pool(AddressPool pool) { pool_ = std::move(pool); }
+	/// Leases are made and ended by the control plane (see AddressPool).
+	AddressPool& address_pool() noexcept { return pool_; }
+	const AddressPool& address_pool() const noexcept { return pool_; }
 
 	// --- Control plane: meant for one control thread. Each call takes the
 	// control mutex, so a status request served by another thread is safe.
@@ -376,6 +390,7 @@ private:
 	std::vector<std::unique_ptr<Peer>> peers_;
 	std::unordered_map<uint32_t, InboundSa*> by_spi_; ///< static SPIs: immutable after construction
 	AllowedIps allowed_;
+	AddressPool pool_;
 
 	/// Run-time inbound SAs, published by the control plane, read by workers.
 	std::array<std::atomic<InboundSa*>, kSpiSlots> slots_{};

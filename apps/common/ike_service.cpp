@@ -2,6 +2,7 @@
 #include "apps/common/ike_service.hpp"
 
 #include "apps/common/log.hpp"
+#include "apps/common/service.hpp"
 #include "platform/error.hpp"
 #include "platform/netlink.hpp"
 #include "platform/sockaddr.hpp"
@@ -92,7 +93,7 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 		pol.child_rekey_s = p.ike->rekey_time;
 		// A client without addresses of its own asks its gateway for one; a
 		// gateway gives each client the host addresses of its allowed_ips
-		// that lie in the address pool.
+		// that lie in the address pool, or else leases it one from the pool.
 		pol.request_address = config.role == conf::Role::client && config.tunnel.addresses.empty();
 		for (const IpPrefix& a : p.allowed_ips)
 			for (const IpPrefix& pool : config.tunnel.address_pool)
@@ -130,6 +131,10 @@ IkeService::IkeService(asio::io_context& io, const conf::Config& config, SaTable
 		ike_fd_ = bind_ike_socket(at);
 		ike_family_ = at.addr.family == Family::v6 ? AF_INET6 : AF_INET;
 		ike_port_ = config.tunnel.ike_port;
+	}
+	if (config.role == conf::Role::client && !config.peers.empty()) {
+		client_config_ = &config;
+		routed_ = tun_routes(config, config.peers.front().allowed_ips);
 	}
 	engine_ = std::make_unique<ike::Engine>(std::move(policies), *this);
 }
@@ -220,6 +225,74 @@ void IkeService::peer_moved(size_t peer, const Endpoint& to) {
 	if (p.endpoint() == to) return; // ESP already followed it
 	p.set_endpoint(to);
 	log::info("peer " + p.name + ": moved to " + to_string(to) + " (authenticated IKE message)");
+}
+
+void IkeService::child_selectors(size_t peer, std::span<const ike::TrafficSelector> remote) {
+	// The client routes what the gateway agreed to carry (RFC 7296 section
+	// 2.9: it may narrow our allowed_ips). A /0 stays with route_all, which
+	// keeps sending everything into the tunnel even when the gateway
+	// narrows: a VPN that is told to carry all traffic must not start
+	// leaking the rest in the clear.
+	if (!client_config_) return;
+	std::vector<IpPrefix> offered;
+	for (const ike::TrafficSelector& ts : remote)
+		for (const IpPrefix& p : ike::selector_prefixes(ts))
+			if (std::find(offered.begin(), offered.end(), p) == offered.end())
+				offered.push_back(p);
+	std::vector<IpPrefix> want = tun_routes(*client_config_, offered);
+	const std::string name = table_peers_[peer]->name;
+	const bool everything =
+	    std::any_of(offered.begin(), offered.end(), [](const IpPrefix& p) { return p.len == 0; });
+	if (client_config_->tunnel.route_all && !everything)
+		log::warn("peer " + name +
+		          ": the gateway narrowed the traffic selectors, but route_all keeps sending "
+		          "all traffic into the tunnel; it drops what lies outside them");
+	for (const IpPrefix& p : routed_)
+		if (std::find(want.begin(), want.end(), p) == want.end()) {
+			try {
+				platform::del_route(p, tun_ifindex_);
+			} catch (const std::exception& e) {
+				log::warn("peer " + name + ": cannot remove the route to " + to_string(p) +
+				          ": " + e.what());
+			}
+		}
+	std::string added;
+	for (const IpPrefix& p : want)
+		if (std::find(routed_.begin(), routed_.end(), p) == routed_.end()) {
+			try {
+				platform::add_route(p, tun_ifindex_);
+				added += " " + to_string(p);
+			} catch (const std::exception& e) {
+				log::error("peer " + name + ": cannot route " + to_string(p) +
+				           " through the tunnel: " + e.what());
+			}
+		}
+	if (want != routed_) {
+		std::string list;
+		for (const IpPrefix& p : want)
+			list += " " + to_string(p);
+		log::info("peer " + name + ": routes through the tunnel now follow the negotiated " +
+		          "selectors:" + (list.empty() ? " (none)" : list));
+	}
+	routed_ = std::move(want);
+}
+
+std::optional<IpAddress> IkeService::lease_address(size_t peer, Family family) {
+	Peer& p = *table_peers_[peer];
+	const std::vector<IpAddress> before = table_.address_pool().leases(p);
+	std::optional<IpAddress> a = table_.address_pool().lease(p, family);
+	if (a && std::find(before.begin(), before.end(), *a) == before.end())
+		log::info("peer " + p.name + ": leased " + to_string(*a) + " from the address pool");
+	return a;
+}
+
+void IkeService::release_addresses(size_t peer) {
+	Peer& p = *table_peers_[peer];
+	std::string list;
+	for (const IpAddress& a : table_.address_pool().leases(p))
+		list += " " + to_string(a);
+	table_.address_pool().release(p);
+	if (!list.empty()) log::info("peer " + p.name + ": address pool lease ended:" + list);
 }
 
 void IkeService::send_keepalive(const Endpoint& to) {
@@ -386,6 +459,15 @@ void IkeService::write_status(JsonWriter& j) const {
 	j.field("inbox_too_big", inbox_.too_big());
 	j.field("send_errors", send_errors_);
 	j.end_object();
+	j.key("address_pool").begin_array();
+	for (const AddressPool::Usage& u : table_.address_pool().usage()) {
+		j.begin_object();
+		j.field("prefix", to_string(u.prefix));
+		j.field("usable", uint64_t(u.usable));
+		j.field("leased", uint64_t(u.leased));
+		j.end_object();
+	}
+	j.end_array();
 	auto hex = [](uint64_t v, int digits) {
 		char buf[24];
 		std::snprintf(buf, sizeof buf, "%0*llx", digits, static_cast<unsigned long long>(v));
@@ -423,6 +505,13 @@ void IkeService::write_status(JsonWriter& j) const {
 			j.field("age_s", ch.age_s);
 			j.field("sending", ch.sending);
 			j.field("rekey_in_s", ch.rekey_in_s);
+			for (auto [key, list] :
+			     {std::pair{"local_ts", &ch.local_ts}, std::pair{"remote_ts", &ch.remote_ts}}) {
+				j.key(key).begin_array();
+				for (const std::string& t : *list)
+					j.value(t);
+				j.end_array();
+			}
 			j.end_object();
 		}
 		j.end_array();

@@ -58,6 +58,9 @@ public:
 	void log(const std::string& line) override;
 	void send_keepalive(const Endpoint& to) override;
 	void peer_moved(size_t peer, const Endpoint& to) override;
+	void child_selectors(size_t peer, std::span<const ike::TrafficSelector> remote) override;
+	std::optional<IpAddress> lease_address(size_t peer, Family family) override;
+	void release_addresses(size_t peer) override;
 	void assigned(size_t peer, std::span<const IpAddress> addresses,
 	              std::span<const IpAddress> dns) override;
 
@@ -86,7 +89,12 @@ private:
 	std::unique_ptr<ike::Engine> engine_;
 	uint64_t send_errors_ = 0;
 	std::vector<IpPrefix> virtual_addresses_; ///< on the tun, from the gateway
-	std::string dns_applied_;                 ///< how the DNS servers were set, for status
+	/// Client: the conf, to know which prefixes get tun routes, and the routes
+	/// through the tun for the gateway's side: its allowed_ips from start-up,
+	/// the negotiated selectors once a CHILD_SA is up.
+	const conf::Config* client_config_ = nullptr;
+	std::vector<IpPrefix> routed_;
+	std::string dns_applied_; ///< how the DNS servers were set, for status
 };
 
 } // namespace esptun

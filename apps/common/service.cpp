@@ -59,6 +59,17 @@ std::vector<PeerParams> peer_params(const conf::Config& config) {
 	return out;
 }
 
+std::vector<IpPrefix> tun_routes(const conf::Config& config, std::span<const IpPrefix> prefixes) {
+	std::vector<IpPrefix> out;
+	for (const IpPrefix& p : prefixes) {
+		const bool connected =
+		    std::any_of(config.tunnel.addresses.begin(), config.tunnel.addresses.end(),
+		                [&](const IpPrefix& a) { return a.network() == p; });
+		if (p.len != 0 && !connected) out.push_back(p);
+	}
+	return out;
+}
+
 namespace {
 
 constexpr unsigned kFallbackUnderlayMtu = 1500;
@@ -110,23 +121,28 @@ bool has_v6_address(const conf::Config& config) {
 	return false;
 }
 
-/// Routes for the peers' allowed_ips through the tun. A prefix equal to an
+/// The gateway's pool of client addresses: never one of its own addresses,
+/// nor one a peer's allowed_ips already claims.
+AddressPool address_pool(const conf::Config& config) {
+	std::vector<IpPrefix> reserved;
+	for (const IpPrefix& a : config.tunnel.addresses)
+		reserved.push_back({a.addr, uint8_t(a.addr.max_prefix())});
+	for (const conf::PeerConfig& peer : config.peers)
+		reserved.insert(reserved.end(), peer.allowed_ips.begin(), peer.allowed_ips.end());
+	return AddressPool(config.tunnel.address_pool, reserved);
+}
+
+/// Routes for the peers' allowed_ips and the address pool through the tun. A prefix equal to an
 /// interface address's subnet already has the kernel's connected route. A /0
 /// becomes two /1 routes (more specific than any default route, which stays
 /// in place), and only with route_all: otherwise a /0 only widens which inner
 /// sources are accepted.
 void install_routes(const conf::Config& config, int ifindex, platform::NetConfigGuard& net) {
-	auto connected = [&](const IpPrefix& p) {
-		for (const IpPrefix& a : config.tunnel.addresses)
-			if (a.network() == p) return true;
-		return false;
-	};
-	for (const conf::PeerConfig& peer : config.peers) {
-		for (const IpPrefix& p : peer.allowed_ips) {
-			if (p.len == 0 || connected(p)) continue;
+	for (const conf::PeerConfig& peer : config.peers)
+		for (const IpPrefix& p : tun_routes(config, peer.allowed_ips))
 			net.add_route(p, ifindex);
-		}
-	}
+	for (const IpPrefix& p : tun_routes(config, config.tunnel.address_pool))
+		net.add_route(p, ifindex);
 	if (!config.tunnel.route_all) return;
 
 	// Client with route_all: keep the gateway reachable through the current
@@ -309,6 +325,7 @@ void run_service(const conf::Config& config, const std::string& program) {
 	               : std::min(usable_cpus(), unsigned(std::max<size_t>(1, config.peers.size())));
 	info.workers = n_workers;
 	SaTable table(peer_params(config), n_workers);
+	table.set_address_pool(address_pool(config));
 	info.crypto_impl = crypto::crypto_impl_name(tc.crypto_impl);
 	log_crypto_choice(config, table);
 	SeqState seq_state = open_seq_state(tc, table);

@@ -9,6 +9,7 @@
 #include "tunnel/sa.hpp"
 
 #include <chrono>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,11 @@ class IkeService;
 
 /// PeerParams for the SA table from the config's peers.
 std::vector<PeerParams> peer_params(const conf::Config& config);
+
+/// Which of @prefixes get a route through the tun: not a /0 (route_all
+/// decides that), nor the subnet of a tun address (the kernel's connected
+/// route covers it).
+std::vector<IpPrefix> tun_routes(const conf::Config& config, std::span<const IpPrefix> prefixes);
 
 /// Facts about the running endpoint that the status JSON reports.
 struct ServiceInfo {

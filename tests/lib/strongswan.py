@@ -21,7 +21,10 @@
 #
 # list_sas() parses `swanctl --list-sas --pretty` (one item per line, so IDs
 # with spaces cannot confuse it) into IkeSa/ChildSa: states, SPIs,
-# algorithms, traffic selectors, ports, byte counters.
+# algorithms, traffic selectors, ports, byte counters, virtual IPs.
+# Config.pools makes charon a road-warrior gateway handing out virtual IPs
+# and attributes (DNS, ...) from swanctl.conf pools; list_pools() parses
+# `swanctl --list-pools --leases --pretty` (leases online / offline).
 #
 # `/usr/bin/python3 tests/lib/strongswan.py --selfcheck` (root) runs two
 # charons against each other through this module and needs no esptun build:
@@ -109,6 +112,14 @@ class Config:
     esp_log_level: int = 1  # 2 logs every ESP packet (and drops for unknown SPIs)
     cfg_log_level: int = 2  # 2: proposal and traffic selector choices (and a config dump)
     log_ms: bool = False  # log times as HH:MM:SS.mmm (filelog time_add_ms) instead of HH:MM:SS
+    # Virtual IP pools handed out by this charon (a road-warrior gateway):
+    # {name: {"addrs": "10.66.0.0/24", "dns": "10.66.0.53", ...}}, values a
+    # string or a list (any swanctl.conf pools.<name>.<attr>: dns, nbns,
+    # split_include, ...). The connection gets `pools = name[,name]`, the
+    # file a `pools { }` section. None: neither (the output is unchanged).
+    # remote_addr may be "%any" (accept IKE from anywhere, never initiate);
+    # remote_ts "dynamic" is the peer's (virtual) address.
+    pools: dict = None
 
 
 def _csv(v):
@@ -161,6 +172,8 @@ def swanctl_conf(cfg):
             f"    proposals = {_csv(cfg.ike_proposals)}",
             f"    encap = {'yes' if cfg.encap else 'no'}",
             f"    mobike = {'yes' if cfg.mobike else 'no'}"]
+    if cfg.pools:
+        conn.append(f"    pools = {','.join(cfg.pools)}")
     opt = [("rekey_time", cfg.ike_rekey_time), ("over_time", cfg.ike_over_time),
            ("reauth_time", cfg.ike_reauth_time), ("dpd_delay", cfg.dpd_delay),
            ("remote_port", cfg.remote_port), ("local_port", cfg.local_port)]
@@ -205,7 +218,19 @@ secrets {{
     secret = "{psk}"
   }}
 }}
-"""
+""" + _pools_conf(cfg.pools)
+
+
+def _pools_conf(pools):
+    """_pools_conf() - the swanctl.conf `pools { }` section ("" without pools)."""
+    if not pools:
+        return ""
+    out = ["pools {"]
+    for name, attrs in pools.items():
+        out.append(f"  {name} {{")
+        out += [f"    {key} = {_csv(v)}" for key, v in attrs.items()]
+        out.append("  }")
+    return "\n".join(out + ["}"]) + "\n"
 
 
 # ---------------------------------------------------------------------------
@@ -291,6 +316,9 @@ class IkeSa:
     dh_group: str
     children: list
     raw: dict
+    # Virtual IPs (list-sas local-vips / remote-vips; sas_from_pretty gives [] when none):
+    local_vips: list = None  # this end got them (as a client)
+    remote_vips: list = None  # handed to the peer (from a pool)
 
 
 def _hex(v):
@@ -337,7 +365,32 @@ def sas_from_pretty(text):
                 local_id=ike.get("local-id", ""), remote_id=ike.get("remote-id", ""),
                 encr_alg=ike.get("encr-alg", ""), encr_keysize=_int(ike.get("encr-keysize")),
                 integ_alg=ike.get("integ-alg", ""), prf_alg=ike.get("prf-alg", ""),
-                dh_group=ike.get("dh-group", ""), children=children, raw=ike))
+                dh_group=ike.get("dh-group", ""), children=children, raw=ike,
+                local_vips=list(ike.get("local-vips") or []),
+                remote_vips=list(ike.get("remote-vips") or [])))
+    return out
+
+
+def pools_from_pretty(text):
+    """pools_from_pretty() - {pool name: {"base", "size", "online", "offline",
+    "leases": [{"address", "identity", "status"}]}} from `swanctl --list-pools
+    [--leases] --pretty` (counts as int; status "online" or "offline").
+    Leases are numbered sections under `leases`: 0 { address identity status }."""
+    out = {}
+    for msg, body in parse_pretty(text):
+        if msg != "get-pools reply":
+            continue
+        for name, pool in body.items():
+            if not isinstance(pool, dict):
+                continue
+            leases = pool.get("leases")
+            leases = leases.values() if isinstance(leases, dict) else []
+            out[name] = dict(base=pool.get("base", ""), size=_int(pool.get("size")),
+                             online=_int(pool.get("online")), offline=_int(pool.get("offline")),
+                             leases=[dict(address=x.get("address", ""),
+                                          identity=x.get("identity", ""),
+                                          status=x.get("status", ""))
+                                     for x in leases if isinstance(x, dict)])
     return out
 
 
@@ -427,6 +480,16 @@ class Charon:
         """list_sas() - the daemon's IKE_SAs (IkeSa, each with its ChildSa list)."""
         p = self.swanctl("--list-sas", "--pretty")
         return sas_from_pretty(p.stdout)
+
+    def list_pools(self):
+        """list_pools() - the daemon's pools with their leases (pools_from_pretty)."""
+        p = self.swanctl("--list-pools", "--leases", "--pretty")
+        return pools_from_pretty(p.stdout)
+
+    def list_pools_text(self):
+        """list_pools_text() - plain `swanctl --list-pools --leases`, for failure messages."""
+        p = self.swanctl("--list-pools", "--leases", check=False)
+        return (p.stdout + p.stderr).strip()
 
     def list_sas_text(self):
         """list_sas_text() - plain `swanctl --list-sas`, for failure messages."""

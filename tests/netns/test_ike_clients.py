@@ -4,7 +4,8 @@
 # a virtual address and DNS servers (configuration payload, RFC 7296 section
 # 3.15), puts the address on its tun, and reaches the gateway and a host on
 # the network behind it. The gateway hands each client the host address of
-# its allowed_ips that lies in [tunnel] address_pool.
+# its allowed_ips that lies in [tunnel] address_pool, or, for a client
+# without allowed_ips, leases it a free address of the pool.
 #
 #      netns A (et-ikecl-PID-N-a)              netns B (et-ikecl-PID-N-b)
 #    +------------------------------+        +------------------------------+
@@ -26,6 +27,7 @@
 #    |   tun igwN 10.77.0.1/24; address_pool 10.77.0.0/24, dns 10.77.0.53   |
 #    |   peer alice: 10.77.0.10/32, remote_id alice@example.com, no endpoint|
 #    |   peer bob:   10.77.0.11/32, remote_id bob@example.com, no endpoint  |
+#    |   peers dave, erin: no allowed_ips (a lease from the pool each)       |
 #    | ip_forward = 1                       netns G (et-ikecl-PID-N-g)      |
 #    | gh 192.168.200.1/24   (G owns .1; this kernel has no dummy links)    |
 #    +-------------|--------------------------------------------------------+
@@ -51,8 +53,15 @@
 #  5. SIGTERM to alice (bob connected too): exit 0, her tun with its address
 #     and routes gone; within 5 s the gateway has no IKE SA for alice any more
 #     (her Delete), while bob's stays and still reaches H.
+#  6. dave and erin (no fixed addresses) at once: each gets its own address
+#     leased from the pool, none of .0, .1 (the gateway), .10, .11 (alice's
+#     and bob's) or .255; both ping H; 20 MB dave -> H, which sees his leased
+#     address. The gateway's status counts 2 leases. SIGTERM to dave: within
+#     5 s the lease has ended (1 lease, "lease ended" logged) and erin still
+#     reaches H; dave started again gets his previous address back.
 # Namespaces are deleted at the end of each case (and on any failure or
 # signal); the test checks with `ip netns list` that none is left.
+# ESPTUN_IKE_CASES=1,6 runs only those cases (diagnostics).
 #
 # usage: test_ike_clients.py BUILD_DIR   (root; BUILD_DIR holds esptun-gateway
 #        and esptun-client)
@@ -93,6 +102,13 @@ USERS = {
     "bob": dict(id="bob@example.com", vip="10.77.0.11",
                 psk="bob-pre-shared-key-0123456789ab"),
 }
+# Clients without a fixed address: the gateway leases them one from the pool.
+POOL_USERS = {
+    "dave": dict(id="dave@example.com", vip=None, psk="dave-pre-shared-key-0123456789ab"),
+    "erin": dict(id="erin@example.com", vip=None, psk="erin-pre-shared-key-0123456789ab"),
+}
+USERS.update(POOL_USERS)
+FIXED = [USERS["alice"]["vip"], USERS["bob"]["vip"]]
 CAROL = dict(id="carol@example.com", psk="carol-pre-shared-key-0123456789a")
 
 CASES = [
@@ -104,6 +120,8 @@ CASES = [
     dict(kind="unknown_id", title="unknown identity carol@example.com"),
     dict(kind="stop", title="SIGTERM to alice while bob is connected: exit 0, tun gone, "
                             "the gateway drops her IKE SA"),
+    dict(kind="pool", title="dave and erin without fixed addresses: leases from the pool, "
+                            "ping and 20 MB to H, lease ended by a SIGTERM, same address again"),
 ]
 
 
@@ -112,7 +130,7 @@ class Site:
 
     def __init__(self, label, ns):
         self.label, self.ns = label, ns
-        self.ep, self.tun, self.user = None, None, None
+        self.ep, self.tun, self.user, self.vip = None, None, None, None
 
 
 class Reported(TestError):
@@ -141,7 +159,8 @@ def gateway_config(ctx, idx):
         "control_socket": os.path.join(ctx.tmp, f"g{idx}.sock"),
         "state_dir": os.path.join(ctx.tmp, f"state-g{idx}"),
     }
-    peers = [dict(name=name, allowed_ips=[f"{u['vip']}/32"], psk=u["psk"], remote_id=u["id"])
+    peers = [dict(name=name, allowed_ips=[f"{u['vip']}/32"] if u["vip"] else None, psk=u["psk"],
+                  remote_id=u["id"])
              for name, u in USERS.items()]
     path = conf.write_private(os.path.join(ctx.tmp, f"g{idx}.toml"),
                               conf.render_ike_config(tunnel, peers))
@@ -212,6 +231,7 @@ def make_client(ctx, idx, s, local_id, psk, user=None):
     listen = "0.0.0.0:4500" if s.label == "A" else f"{s.ul}:4500"
     path, tun = client_config(ctx, idx, s.label, local_id, psk, listen)
     s.tun, s.user, s.local_id = tun, user, local_id
+    s.vip = USERS[user]["vip"] if user else None  # None: leased, learnt when it is up
     s.ep = esptun_proc.Endpoint(ctx.build, s.ns, path,
                                 os.path.join(ctx.tmp, f"{s.label.lower()}{idx}.log"), "client")
     ctx.case_logs.append(s.ep.log)
@@ -361,7 +381,7 @@ def ping_result(rep, tag, s, dst, count, rc, out, expect=True):
 def wait_client_up(rep, tag, s):
     """Client status: an established IKE SA; tun: the virtual address. Returns the status."""
     t0 = time.monotonic()
-    vip = USERS[s.user]["vip"]
+    vip = s.vip or "a pool address"
 
     def up():
         if not s.ep.alive():
@@ -369,7 +389,9 @@ def wait_client_up(rep, tag, s):
                             f"before its IKE SA was up; log:\n{netns.tail(s.ep.log, 15)}")
         st = s.ep.status()
         addrs = inet_addrs(s.ns, s.tun) or []
-        return st if established(st) and any(a == vip for a, _ in addrs) else None
+        if s.vip is None and established(st) and len(addrs) == 1:
+            s.vip = addrs[0][0]
+        return st if established(st) and any(a == s.vip for a, _ in addrs) else None
     try:
         st = netns.wait_until(up, ESTABLISH_TIMEOUT, interval=0.1,
                               what=f"{s.label}'s IKE SA established and {vip} on {s.tun}")
@@ -391,10 +413,9 @@ def wait_client_up(rep, tag, s):
 
 def check_client_up(rep, tag, s, st):
     """The tun's address, and what the client's status says about the IKE SA."""
-    u = USERS[s.user]
     addrs = inet_addrs(s.ns, s.tun)
-    rep.check(addrs == [(u["vip"], 32)],
-              f"[{tag}] {s.label}: `ip -j addr show dev {s.tun}`: exactly {u['vip']}/32",
+    rep.check(addrs == [(s.vip, 32)],
+              f"[{tag}] {s.label}: `ip -j addr show dev {s.tun}`: exactly {s.vip}/32",
               f"IPv4 addresses {addrs}")
     sas = ike_sas(st)
     est = established(st)
@@ -404,7 +425,7 @@ def check_client_up(rep, tag, s, st):
               f"(peer {first.get('peer')!r}, remote {first.get('remote')!r}, {len(sas)} IKE SA(s))",
               short(st.get("ike")))
     sa = est[0] if est else first
-    for what, want, key in (("virtual address", u["vip"], "virtual_ips"), ("DNS server", DNS, "dns")):
+    for what, want, key in (("virtual address", s.vip, "virtual_ips"), ("DNS server", DNS, "dns")):
         in_sa = paths_of(sa, want)
         anywhere = paths_of(st, want)
         designed = key in sa and any(x.split("/")[0] == want for x in sa.get(key) or []
@@ -424,7 +445,7 @@ def check_client_up(rep, tag, s, st):
               routes)
 
 
-def check_gateway_sas(rep, tag, g, users):
+def check_gateway_sas(rep, tag, g, users, vips=None):
     """Gateway status: one established IKE SA per user, each with its own remote,
     and (when the status has virtual_ips) the address handed to it."""
     st = g.ep.status()
@@ -440,7 +461,7 @@ def check_gateway_sas(rep, tag, g, users):
         sa = next((s for s in est if s.get("peer") == name), None)
         if sa is None:
             continue
-        vip = USERS[name]["vip"]
+        vip = USERS[name]["vip"] or (vips or {}).get(name)
         if "virtual_ips" in sa:
             rep.check(any(isinstance(x, str) and x.split("/")[0] == vip for x in sa["virtual_ips"]),
                       f"[{tag}] gateway status: {name}'s IKE SA virtual_ips holds {vip}",
@@ -464,7 +485,7 @@ def check_transfer(rep, tag, site, result):
                   f"{str(result).splitlines()[0]}", str(result)[:1000])
         return
     sent, got, secs = result
-    vip = USERS[site.user]["vip"]
+    vip = site.vip
     rep.check(sent and got and sent.get("bytes") == XFER_BYTES and got.get("bytes") == XFER_BYTES
               and sent.get("sha256") == got.get("sha256"),
               f"[{tag}] {XFER_BYTES // 1000000} MB TCP {site.label} -> H ({H_ADDR}): SHA-256 "
@@ -529,12 +550,12 @@ def stop_gateway(rep, tag, g):
 # ---------------------------------------------------------------------------
 # Cases.
 
-def case_up(rep, ctx, idx, tag, labels):
-    """Gateway plus clients (A alice, B bob), all up. Returns (g, h, [sites])."""
+def case_up(rep, ctx, idx, tag, labels, users=None):
+    """Gateway plus clients (A alice, B bob by default), all up. Returns (g, h, [sites])."""
     g, h, sites = build_topology(ctx, idx, labels)
     ctx.running = [g]
     start_gateway(ctx, idx, g)
-    users = {"A": "alice", "B": "bob"}
+    users = users or {"A": "alice", "B": "bob"}
     clients = []
     for label in labels:
         u = USERS[users[label]]
@@ -648,6 +669,54 @@ def case_stop(rep, ctx, idx, tag):
     ping(rep, tag, b, H_ADDR)
 
 
+def pool_leases(st):
+    """(leased, usable) summed over the gateway status's ike.address_pool[]."""
+    pools = st.get("ike", {}).get("address_pool") if isinstance(st.get("ike"), dict) else None
+    if not isinstance(pools, list):
+        return None, None
+    return (sum(p.get("leased", 0) for p in pools if isinstance(p, dict)),
+            sum(p.get("usable", 0) for p in pools if isinstance(p, dict)))
+
+
+def case_pool(rep, ctx, idx, tag):
+    g, h, (d, e) = case_up(rep, ctx, idx, tag, ["A", "B"], {"A": "dave", "B": "erin"})
+    vips = {"dave": d.vip, "erin": e.vip}
+    bad = {ip for ip in (GW_IN, *FIXED, "10.77.0.0", "10.77.0.255")}
+    rep.check(d.vip != e.vip and d.vip.startswith("10.77.0.") and not ({d.vip, e.vip} & bad),
+              f"[{tag}] leased addresses: dave {d.vip}, erin {e.vip} (distinct, in {POOL}, not "
+              f"the gateway's, a fixed client's, network or broadcast)", str(vips))
+    st = check_gateway_sas(rep, tag, g, ["dave", "erin"], vips)
+    leased, usable = pool_leases(st)
+    # 256 addresses - network - broadcast - the gateway's - alice's - bob's
+    rep.check(leased == 2 and usable == 251,
+              f"[{tag}] gateway status: ike.address_pool leased {leased} of {usable} "
+              "(want 2 of 251)", short(st.get("ike")))
+    concurrent_pings(rep, tag, [d, e], H_ADDR)
+    transfers(rep, tag, [d], h)
+    first = d.vip
+    t0 = time.monotonic()
+    stop_client(rep, tag, d)
+    ctx.running.remove(d)
+    try:
+        netns.wait_until(lambda: pool_leases(g.ep.status())[0] == 1, DELETE_TIMEOUT,
+                         interval=0.1, what="dave's lease ended")
+        rep.check(True, f"[{tag}] gateway: dave's lease ended {time.monotonic() - t0:.2f} s "
+                  "after his SIGTERM (1 lease left)")
+    except TestError:
+        rep.check(False, f"[{tag}] gateway: dave's lease ended within {DELETE_TIMEOUT} s",
+                  short(g.ep.status().get("ike")))
+    line = log_line(g.ep.log, r"\bdave\b", r"lease ended", re.escape(first))
+    rep.check(line is not None, f"[{tag}] gateway log: {line!r}", netns.tail(g.ep.log, 15))
+    ping(rep, tag, e, H_ADDR)
+    # Back again: the same address, as long as nobody took it meanwhile.
+    d.vip = None
+    start_client(ctx, idx, d)
+    ctx.running.append(d)
+    wait_client_up(rep, tag, d)
+    rep.equal(d.vip, first, f"[{tag}] dave, started again, leases the address he had")
+    ping(rep, tag, d, H_ADDR)
+
+
 def run_case(rep, ctx, idx, case):
     tag = f"case {idx + 1}"
     ctx.case_logs, ctx.running, ctx.case_ns = [], [], []
@@ -660,6 +729,8 @@ def run_case(rep, ctx, idx, case):
             case_auth_failure(rep, ctx, idx, tag, case["kind"])
         elif case["kind"] == "stop":
             case_stop(rep, ctx, idx, tag)
+        elif case["kind"] == "pool":
+            case_pool(rep, ctx, idx, tag)
     finally:
         teardown(rep, ctx, tag)
 
@@ -714,7 +785,11 @@ def body(rep, build):
     rep.on_failure.append(dump_logs)
 
     t_all = time.monotonic()
+    only = os.environ.get("ESPTUN_IKE_CASES", "").strip()
+    chosen = {int(x) for x in only.split(",") if x.strip()} if only else None
     for idx, case in enumerate(CASES):
+        if chosen is not None and idx + 1 not in chosen:
+            continue
         rep.section(f"case {idx + 1}/{len(CASES)}: {case['title']}")
         t0, failed0 = time.monotonic(), len(rep.failed)
         try:

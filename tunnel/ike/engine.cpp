@@ -45,6 +45,45 @@ TrafficSelector selector_of(const IpPrefix& p) {
 	return t;
 }
 
+std::vector<IpPrefix> selector_prefixes(const TrafficSelector& ts) {
+	// From the start, the largest aligned block that does not pass the end,
+	// then on from the address after it (RFC 4632 section 3.1 aggregation).
+	std::vector<IpPrefix> out;
+	if (ts.start.family != ts.end.family || compare_addr(ts.start, ts.end) > 0) return out;
+	IpAddress at = ts.start;
+	const unsigned max = at.max_prefix();
+	for (;;) {
+		unsigned len = max;
+		while (len > 0) {
+			const IpPrefix wider{at, uint8_t(len - 1)};
+			if (at.masked(len - 1) != at || compare_addr(last_address(wider), ts.end) > 0) break;
+			len--;
+		}
+		const IpPrefix block{at, uint8_t(len)};
+		out.push_back(block);
+		IpAddress next = last_address(block);
+		if (next == ts.end) break;
+		for (size_t i = next.size(); i-- > 0;) // +1, big-endian; cannot wrap: next < end
+			if (++next.bytes[i] != 0) break;
+		at = next;
+	}
+	return out;
+}
+
+std::vector<std::string> selector_strings(std::span<const TrafficSelector> ts) {
+	std::vector<std::string> out;
+	for (const TrafficSelector& t : ts) {
+		std::string restrict;
+		if (t.ip_protocol != 0) restrict += " proto " + std::to_string(t.ip_protocol);
+		if (t.start_port != 0 || t.end_port != 65535)
+			restrict +=
+			    " ports " + std::to_string(t.start_port) + "-" + std::to_string(t.end_port);
+		for (const IpPrefix& p : selector_prefixes(t))
+			out.push_back(to_string(p) + restrict);
+	}
+	return out;
+}
+
 std::vector<TrafficSelector> narrow(std::span<const TrafficSelector> offered,
                                     std::span<const IpPrefix> allowed) {
 	std::vector<TrafficSelector> out;
@@ -64,7 +103,7 @@ std::vector<TrafficSelector> narrow(std::span<const TrafficSelector> offered,
 
 Engine::Engine(std::vector<PeerPolicy> peers, Host& host)
     : peers_(std::move(peers)), host_(host), restart_at_(peers_.size()),
-      restart_backoff_s_(peers_.size(), kRestartMinS), cookie_secret_(32) {
+      restart_backoff_s_(peers_.size(), kRestartMinS), leased_(peers_.size()), cookie_secret_(32) {
 	random_bytes(cookie_secret_);
 	for (const PeerPolicy& p : peers_)
 		for (const IkeSuite& s : p.ike_proposals)
@@ -635,8 +674,10 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 	std::vector<Payload> reply{
 	    idr, AuthPayload{AuthMethod::psk, psk_auth(sa.suite.prf, pol.psk, sa.init_response, sa.ni,
 	                                               sa.keys.sk_pr, idr.body())}};
-	// A client asking for a virtual address gets the one(s) of its peer entry
-	// (its allowed_ips inside the address pool), and the DNS servers.
+	// A client asking for a virtual address gets its fixed one(s) or a lease
+	// from the pool, and the DNS servers. Without any address it gets
+	// INTERNAL_ADDRESS_FAILURE and no CHILD_SA (section 3.10.1).
+	bool address_failed = false;
 	if (const CpPayload* cp = find_in<CpPayload>(inner); cp && cp->type == CpType::request) {
 		bool want4 = false, want6 = false, want_dns = false;
 		for (const CpAttribute& at : cp->attributes) {
@@ -645,30 +686,27 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 			want_dns = want_dns || at.type == cp_attr::internal_ip4_dns ||
 			           at.type == cp_attr::internal_ip6_dns;
 		}
+		sa.virtual_ips = offer_addresses(sa, pol, want4, want6);
+		address_failed = (want4 || want6) && sa.virtual_ips.empty();
 		CpPayload out{CpType::reply, {}};
-		sa.virtual_ips.clear();
-		for (const IpAddress& a : pol.assign)
-			if ((a.family == Family::v4 && want4) || (a.family == Family::v6 && want6)) {
-				out.attributes.push_back(address_attribute(a, false));
-				sa.virtual_ips.push_back(a);
-			}
-		if (want_dns)
+		for (const IpAddress& a : sa.virtual_ips)
+			out.attributes.push_back(address_attribute(a, false));
+		if (want_dns && !address_failed)
 			for (const IpAddress& d : pol.dns)
 				out.attributes.push_back(address_attribute(d, true));
-		if ((want4 || want6) && sa.virtual_ips.empty())
-			host_.log("peer " + pol.name +
-			          " asks for a virtual address, but none of its allowed_ips is in "
-			          "[tunnel] address_pool");
 		if (!out.attributes.empty()) reply.push_back(out);
-		sa.dns = pol.dns;
+		sa.dns = address_failed ? std::vector<IpAddress>{} : pol.dns;
 	}
 	const SaPayload* child_sa = find_in<SaPayload>(inner);
 	const TsPayload* tsi = find_ts(inner, true);
 	const TsPayload* tsr = find_ts(inner, false);
 	std::string child_note;
-	if (child_sa && tsi && tsr) {
+	if (address_failed) {
+		child_note = "no CHILD_SA: no virtual address for it";
+		reply.push_back(make_notify(notify::internal_address_failure));
+	} else if (child_sa && tsi && tsr) {
 		std::optional<EspChoice> choice = choose_esp(*child_sa, pol.esp_proposals);
-		std::vector<TrafficSelector> ts_i = narrow(tsi->selectors, pol.allowed_ips);
+		std::vector<TrafficSelector> ts_i = narrow(tsi->selectors, peer_side(*match));
 		if (!choice) {
 			counters_.no_proposal++;
 			child_note =
@@ -701,6 +739,34 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 	send_response(sa, req, reply);
 	established(sa, now);
 	if (!child_note.empty()) host_.log("peer " + pol.name + ": " + child_note);
+}
+
+std::vector<IpAddress> Engine::offer_addresses(IkeSa& sa, const PeerPolicy& pol, bool want4, bool want6) {
+	const size_t peer = *sa.peer;
+	std::vector<IpAddress> out;
+	for (const Family f : {Family::v4, Family::v6}) {
+		if (!(f == Family::v4 ? want4 : want6)) continue;
+		const size_t before = out.size();
+		for (const IpAddress& a : pol.assign)
+			if (a.family == f) out.push_back(a);
+		if (out.size() > before) continue;
+		if (std::optional<IpAddress> a = host_.lease_address(peer, f)) {
+			out.push_back(*a);
+			if (std::find(leased_[peer].begin(), leased_[peer].end(), *a) == leased_[peer].end())
+				leased_[peer].push_back(*a);
+		}
+	}
+	if ((want4 || want6) && out.empty())
+		host_.log("peer " + pol.name + " asks for a virtual address, but has no fixed one " +
+		          "in [tunnel] address_pool and the pool has none free for it");
+	return out;
+}
+
+std::vector<IpPrefix> Engine::peer_side(size_t peer) const {
+	std::vector<IpPrefix> out = peers_[peer].allowed_ips;
+	for (const IpAddress& a : leased_[peer])
+		out.push_back({a, uint8_t(a.max_prefix())});
+	return out;
 }
 
 void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now) {
@@ -759,8 +825,11 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 			host_.release_spi(spi_in);
 			established(sa, now);
 			close(sa,
-			      "the gateway assigned no virtual address (it has none for our identity in its "
-			      "address_pool)",
+			      std::string("the gateway assigned no virtual address") +
+			          (find_notify_in(inner, notify::internal_address_failure)
+			               ? " (INTERNAL_ADDRESS_FAILURE: its address_pool is full or has none "
+			                 "for our identity)"
+			               : " (it has no address_pool for our identity)"),
 			      true, now, true);
 			return;
 		}
@@ -794,6 +863,7 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 	host_.install_child(*sa.peer, keys, true);
 	sa.children.push_back(child_record(keys, true, true, sa.ni, sa.nr, tsi->selectors, tsr->selectors,
 	                                   pol.child_rekey_s, now));
+	host_.child_selectors(*sa.peer, tsr->selectors);
 	restart_backoff_s_[*sa.peer] =
 	    kRestartMinS; // a working tunnel: the next failure starts the backoff over
 	host_.log("peer " + pol.name + ": CHILD_SA up, SPIs in " + hex_spi(spi_in, 8) + " out " +
@@ -896,14 +966,17 @@ std::vector<IkeSaStatus> Engine::status(Clock::time_point now) const {
 		for (const IpAddress& a : sa->dns)
 			s.dns.push_back(to_string(a));
 		for (const ChildSa& c : sa->children) {
-			ChildStatus cs{c.spi_in,
-			               c.spi_out,
-			               std::string(crypto::cipher_spec(c.cipher).name),
-			               c.esn,
-			               std::chrono::duration_cast<seconds>(now - c.created).count(),
-			               c.sending};
+			ChildStatus cs;
+			cs.spi_in = c.spi_in;
+			cs.spi_out = c.spi_out;
+			cs.cipher = std::string(crypto::cipher_spec(c.cipher).name);
+			cs.esn = c.esn;
+			cs.age_s = std::chrono::duration_cast<seconds>(now - c.created).count();
+			cs.sending = c.sending;
 			if (c.rekey_at != Clock::time_point{} && c.sending)
 				cs.rekey_in_s = std::chrono::duration_cast<seconds>(c.rekey_at - now).count();
+			cs.local_ts = selector_strings(c.ts_local);
+			cs.remote_ts = selector_strings(c.ts_remote);
 			s.children.push_back(std::move(cs));
 		}
 		out.push_back(std::move(s));

@@ -64,7 +64,9 @@ struct PeerPolicy {
 	/// Initiator (a client without addresses of its own): ask for a virtual
 	/// address and DNS servers in IKE_AUTH (configuration payload, section 3.15).
 	bool request_address = false;
-	std::vector<IpAddress> assign; ///< responder: the virtual addresses this peer gets when it asks
+	/// Responder: the virtual addresses this peer gets when it asks; for a
+	/// family without one here, Host::lease_address() is asked.
+	std::vector<IpAddress> assign;
 	std::vector<IpAddress> dns;    ///< responder: DNS servers handed out with them
 	uint32_t child_rekey_s = 3600; ///< we rekey each CHILD_SA after this (minus up to 10%); 0 = never
 	uint32_t ike_rekey_s = 14400;  ///< the same for the IKE SA
@@ -106,6 +108,17 @@ public:
 	/// called before the CHILD_SA that uses them is installed.
 	virtual void assigned(size_t /*peer*/, std::span<const IpAddress> /*addresses*/,
 	                      std::span<const IpAddress> /*dns*/) {}
+	/// Gateway: a virtual address of @family from the address pool for @peer
+	/// (which has no fixed one of that family), the one it holds if any;
+	/// nullopt when there is no pool of that family or it is full.
+	virtual std::optional<IpAddress> lease_address(size_t /*peer*/, Family /*family*/) {
+		return std::nullopt;
+	}
+	/// Gateway: @peer's last IKE SA is gone; its pool addresses go back.
+	virtual void release_addresses(size_t /*peer*/) {}
+	/// Initiator: the first CHILD_SA of an IKE SA is up, and @remote is the
+	/// peer's side as the responder narrowed it (section 2.9).
+	virtual void child_selectors(size_t /*peer*/, std::span<const TrafficSelector> /*remote*/) {}
 	/// An authenticated IKE message came from @to, a new address: ESP follows it.
 	virtual void peer_moved(size_t /*peer*/, const Endpoint& /*to*/) {}
 	/// Sends a NAT keepalive (one 0xff byte, RFC 3948 section 2.3) to @to on the ESP port.
@@ -134,8 +147,9 @@ struct ChildStatus {
 	std::string cipher;
 	bool esn = false;
 	int64_t age_s = 0;
-	bool sending = true;     ///< the outbound half is the peer's current one
-	int64_t rekey_in_s = -1; ///< until our rekey; -1 = we do not rekey it
+	bool sending = true;                          ///< the outbound half is the peer's current one
+	int64_t rekey_in_s = -1;                      ///< until our rekey; -1 = we do not rekey it
+	std::vector<std::string> local_ts, remote_ts; ///< as prefixes: selector_strings()
 };
 
 /// Status of one IKE SA.
@@ -223,6 +237,9 @@ private:
 	                     bool we_initiated, std::span<const uint8_t> ni,
 	                     std::span<const uint8_t> nr) const;
 	std::string peer_label(const IkeSa& sa) const;
+	/// The peer's side of its CHILD_SAs: allowed_ips plus its leased addresses.
+	std::vector<IpPrefix> peer_side(size_t peer) const;
+	std::vector<IpAddress> offer_addresses(IkeSa& sa, const PeerPolicy& pol, bool want4, bool want6);
 	void log_limited(const std::string& line);
 	std::vector<Payload> nat_detection(uint64_t spi_i, uint64_t spi_r, Port via, const Endpoint& remote);
 	bool we_are_behind_nat(const Message& m, uint64_t spi_i, uint64_t spi_r, Port via,
@@ -235,7 +252,8 @@ private:
 	std::map<uint64_t, std::unique_ptr<IkeSa>> sas_; ///< by our SPI
 	std::vector<Clock::time_point> restart_at_;      ///< per peer: when to initiate again
 	std::vector<uint32_t> restart_backoff_s_;
-	std::vector<IkeSuite> responder_suites_; ///< union of all peers' IKE proposals
+	std::vector<std::vector<IpAddress>> leased_; ///< per peer: from Host::lease_address()
+	std::vector<IkeSuite> responder_suites_;     ///< union of all peers' IKE proposals
 	IkeCounters counters_;
 	std::vector<uint8_t> cookie_secret_;
 	Clock::time_point log_window_{};
@@ -248,5 +266,11 @@ std::vector<TrafficSelector> narrow(std::span<const TrafficSelector> offered,
                                     std::span<const IpPrefix> allowed);
 /// A selector covering exactly @p (any protocol, all ports).
 TrafficSelector selector_of(const IpPrefix& p);
+/// The fewest prefixes that cover exactly @ts's address range (protocol and
+/// ports aside); empty for a malformed range.
+std::vector<IpPrefix> selector_prefixes(const TrafficSelector& ts);
+/// Each selector as prefixes, e.g. "10.1.0.0/16", with " proto 6 ports 80-80"
+/// when it is narrower than all protocols and ports.
+std::vector<std::string> selector_strings(std::span<const TrafficSelector> ts);
 
 } // namespace esptun::ike

@@ -179,7 +179,7 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 	}
 	// The exchange initiator's selectors: TSi is its side. As responder of the
 	// exchange, the peer's side is TSi when the peer initiates.
-	std::vector<TrafficSelector> ts_i = narrow(tsi->selectors, pol.allowed_ips);
+	std::vector<TrafficSelector> ts_i = narrow(tsi->selectors, peer_side(*sa.peer));
 	if (ts_i.empty()) {
 		refuse(notify::ts_unacceptable);
 		return;

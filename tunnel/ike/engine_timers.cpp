@@ -116,6 +116,15 @@ void Engine::close(IkeSa& sa, const std::string& why, bool restart, Clock::time_
 	if (!sa.peer) return;
 	const size_t peer = *sa.peer;
 	if (!sa.rekeyed) host_.log(peer_label(sa) + ": IKE SA closed: " + why);
+	// Pool addresses stay with the peer while any IKE SA of it lives (a
+	// rekeyed or replaced SA has a successor), so a rekey keeps the address.
+	if (!leased_[peer].empty() && std::none_of(sas_.begin(), sas_.end(), [&](const auto& other) {
+		    return other.second.get() != &sa && other.second->peer == sa.peer &&
+		           other.second->state != IkeSa::State::closed;
+	    })) {
+		leased_[peer].clear();
+		host_.release_addresses(peer);
+	}
 	const PeerPolicy& pol = peers_[peer];
 	if (restart && !sa.rekeyed && pol.initiate && pol.endpoint) {
 		restart_at_[peer] = now + seconds(restart_backoff_s_[peer]);

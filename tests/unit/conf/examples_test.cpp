@@ -57,4 +57,7 @@ TEST_CASE("the IKE examples load, and the client is one of the gateway's identit
 	CHECK(cl.peers[0].ike->remote_id == gw.tunnel.local_id);
 	REQUIRE(!gw.tunnel.address_pool.empty());
 	CHECK(gw.tunnel.address_pool[0].contains(alice->allowed_ips.at(0).addr));
+	// carol leases her address from the pool: no allowed_ips of her own.
+	CHECK(gw.peers.back().name == "carol");
+	CHECK(gw.peers.back().allowed_ips.empty());
 }

@@ -68,6 +68,18 @@ TEST_CASE("an IKE peer parses with its proposals, timers and identities") {
 	CHECK(to_string(c.tunnel.dns.at(0)) == "10.77.0.53");
 }
 
+TEST_CASE("a client peer of a gateway with an address pool may leave allowed_ips out") {
+	const std::string text =
+	    with(kGateway, "allowed_ips = [\"10.77.0.10/32\", \"192.168.9.0/24\"]\n", "");
+	Config c = parse_config(text, "t.toml", Role::gateway);
+	CHECK(c.peers.at(0).allowed_ips.empty());
+	// Without a pool it must have them, and the error says what else would do.
+	const std::string no_pool =
+	    with(with(text, "address_pool = [\"10.77.0.0/24\"]", ""), "dns = [\"10.77.0.53\"]", "");
+	CHECK(error_of(no_pool).find("needs allowed_ips") != std::string::npos);
+	CHECK(error_of(no_pool).find("an address_pool in [tunnel]") != std::string::npos);
+}
+
 TEST_CASE("IKE peer defaults: remote_id is the name, initiate follows the endpoint, psk in hex") {
 	const std::string text = R"([tunnel]
 [[peer]]
@@ -89,6 +101,15 @@ psk = "0x00112233445566778899aabbccddeeff"
 TEST_CASE("config errors for IKE peers name the line and the fix") {
 	CHECK(error_of(with(kGateway, "rekey_time = 600", "cipher = \"aes128-gcm\""))
 	          .find("t.toml:14: 'cipher' is for a statically keyed peer") != std::string::npos);
+	CHECK(
+	    error_of(with(kGateway, "address_pool = [\"10.77.0.0/24\"]", "address_pool = [\"10.0.0.0/15\"]"))
+	        .find("t.toml:4: address_pool entry '10.0.0.0/15' is larger than a /16") !=
+	    std::string::npos);
+	CHECK(error_of(with(kGateway, "address_pool = [\"10.77.0.0/24\"]",
+	                    "address_pool = [\"10.77.0.0/24\", \"10.77.0.128/25\"]"))
+	          .find("overlaps '10.77.0.0/24'") != std::string::npos);
+	CHECK(error_of(with(kGateway, "address_pool = [\"10.77.0.0/24\"]", "address_pool = [\"fd77::/111\"]"))
+	          .find("larger than a /112") != std::string::npos);
 	CHECK(error_of(with(kGateway, "psk = \"alice-pre-shared-key-0123456789\"", "psk = \"short\""))
 	          .find("is 5 bytes; use at least 16") != std::string::npos);
 	CHECK(error_of(with(kGateway, "\"aes128-sha256-modp2048\"", "\"aes128-sha256-modp1024\""))

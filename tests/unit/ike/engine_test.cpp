@@ -6,6 +6,7 @@
 #include "tunnel/bytes.hpp"
 #include "tunnel/ike/engine.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <doctest/doctest.h>
@@ -82,6 +83,27 @@ struct FakeHost : Host {
 		got_dns.assign(d.begin(), d.end());
 	}
 
+	std::vector<TrafficSelector> remote_ts; ///< from child_selectors()
+	void child_selectors(size_t, std::span<const TrafficSelector> ts) override {
+		remote_ts.assign(ts.begin(), ts.end());
+	}
+	/// A pool of client addresses, handed out in order (a gateway's AddressPool).
+	std::vector<IpAddress> pool;
+	std::map<size_t, IpAddress> leases;
+	int releases = 0;
+	std::optional<IpAddress> lease_address(size_t peer, Family f) override {
+		if (auto it = leases.find(peer); it != leases.end()) return it->second;
+		for (const IpAddress& a : pool)
+			if (a.family == f && std::none_of(leases.begin(), leases.end(),
+			                                  [&](const auto& l) { return l.second == a; }))
+				return leases[peer] = a;
+		return std::nullopt;
+	}
+	void release_addresses(size_t peer) override {
+		releases++;
+		leases.erase(peer);
+	}
+
 	bool logged(std::string_view needle) const {
 		for (const std::string& l : logs)
 			if (l.find(needle) != std::string::npos) return true;
@@ -118,7 +140,7 @@ struct Pair {
 		hb.self = ep("10.0.0.2:4500");
 		pa.endpoint = hb.self;
 		pa.initiate = true;
-		pa.allowed_ips = {*parse_prefix("10.9.2.0/24")};
+		if (pa.allowed_ips.empty()) pa.allowed_ips = {*parse_prefix("10.9.2.0/24")};
 		if (pb.allowed_ips.empty()) pb.allowed_ips = {*parse_prefix("0.0.0.0/0")};
 		a = std::make_unique<Engine>(std::vector<PeerPolicy>{pa}, ha);
 		b = std::make_unique<Engine>(std::vector<PeerPolicy>{pb}, hb);
@@ -431,6 +453,33 @@ TEST_CASE("traffic selectors are narrowed to allowed_ips") {
 	CHECK(m[0] == partial);
 }
 
+TEST_CASE("selectors turn into the fewest prefixes that cover them exactly") {
+	auto prefixes = [](const char* from, const char* to) {
+		TrafficSelector t;
+		t.start = *parse_ip(from);
+		t.end = *parse_ip(to);
+		std::string out;
+		for (const IpPrefix& p : selector_prefixes(t))
+			out += (out.empty() ? "" : " ") + to_string(p);
+		return out;
+	};
+	CHECK(prefixes("10.1.0.0", "10.1.255.255") == "10.1.0.0/16");
+	CHECK(prefixes("10.0.0.5", "10.0.0.10") == "10.0.0.5/32 10.0.0.6/31 10.0.0.8/31 10.0.0.10/32");
+	CHECK(prefixes("10.0.0.255", "10.0.1.0") == "10.0.0.255/32 10.0.1.0/32"); // the carry
+	CHECK(prefixes("0.0.0.0", "255.255.255.255") == "0.0.0.0/0");
+	CHECK(prefixes("0.0.0.1", "255.255.255.255").find("128.0.0.0/1") != std::string::npos);
+	CHECK(prefixes("::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff") == "::/0");
+	CHECK(prefixes("fd00::", "fd00::1:ffff") == "fd00::/111");
+	CHECK(prefixes("10.0.0.9", "10.0.0.9") == "10.0.0.9/32");
+	CHECK(prefixes("10.0.0.9", "10.0.0.8").empty());
+	CHECK(prefixes("10.0.0.9", "fd00::1").empty());
+	TrafficSelector web = selector_of(*parse_prefix("192.168.1.0/24"));
+	web.ip_protocol = 6;
+	web.start_port = web.end_port = 443;
+	CHECK(selector_strings(std::span(&web, 1)) ==
+	      std::vector<std::string>{"192.168.1.0/24 proto 6 ports 443-443"});
+}
+
 TEST_CASE("identities parse as addresses, e-mail style or FQDN") {
 	CHECK(parse_identity("192.0.2.1")->type == IdType::ipv4);
 	CHECK(parse_identity("2001:db8::1")->data.size() == 16);
@@ -551,6 +600,7 @@ TEST_CASE("a client asking for a virtual address gets its own, with DNS, and sel
 	pb.assign = {*parse_ip("10.77.0.10")};
 	pb.dns = {*parse_ip("10.77.0.53"), *parse_ip("fd77::53")};
 	pb.allowed_ips = {*parse_prefix("10.77.0.10/32")};
+	pa.allowed_ips = {*parse_prefix("10.77.0.0/24"), *parse_prefix("192.168.9.0/24")};
 	Pair p(pa, pb);
 	p.a->start(p.now);
 	p.pump();
@@ -565,6 +615,9 @@ TEST_CASE("a client asking for a virtual address gets its own, with DNS, and sel
 	REQUIRE(st[0].virtual_ips.size() == 1);
 	CHECK(st[0].virtual_ips[0] == "10.77.0.10");
 	CHECK(p.a->status(p.now)[0].dns.size() == 2);
+	// The client hears the gateway's side as agreed (here: all it asked for).
+	CHECK(selector_strings(p.ha.remote_ts) == std::vector<std::string>{"10.77.0.0/24", "192.168.9.0/24"});
+	CHECK(p.hb.remote_ts.empty()); // the responder is not told
 }
 
 TEST_CASE("a client that gets no virtual address gives up with a clear reason") {
@@ -575,9 +628,63 @@ TEST_CASE("a client that gets no virtual address gives up with a clear reason") 
 	p.pump();
 	CHECK(p.ha.installed.empty());
 	CHECK(p.ha.reserved.empty());
-	CHECK(p.ha.logged("the gateway assigned no virtual address"));
-	CHECK(p.hb.logged("asks for a virtual address, but none of its allowed_ips is in"));
+	CHECK(p.ha.logged("the gateway assigned no virtual address (INTERNAL_ADDRESS_FAILURE"));
+	CHECK(p.hb.logged("asks for a virtual address, but has no fixed one"));
+	CHECK(p.hb.installed.empty());  // no CHILD_SA without an address (RFC 7296 section 3.10.1)
 	CHECK(p.state(*p.b) == "none"); // told by a Delete
+}
+
+TEST_CASE("a client without a fixed address leases one from the pool for the life of its IKE SA") {
+	PeerPolicy pa = policy("gw", "alice@example.com", "gw.example");
+	pa.request_address = true;
+	pa.ike_rekey_s = 10; // the client rekeys the IKE SA: the lease must survive it
+	pa.dpd_interval_s = 0;
+	PeerPolicy pb = policy("alice", "gw.example", "alice@example.com");
+	pb.allowed_ips = {*parse_prefix("192.168.70.0/24")}; // a network behind the client
+	pb.dns = {*parse_ip("10.77.0.53")};
+	Pair p(pa, pb);
+	p.hb.pool = {*parse_ip("10.77.0.5"), *parse_ip("10.77.0.6")};
+	p.hb.leases[7] = *parse_ip("10.77.0.5"); // another peer holds the first one
+	p.a->start(p.now);
+	p.pump();
+	CHECK(p.state(*p.a) == "established");
+	REQUIRE(p.ha.got_addresses.size() == 1);
+	CHECK(to_string(p.ha.got_addresses[0]) == "10.77.0.6");
+	REQUIRE(p.ha.got_dns.size() == 1);
+	check_keys_cross(p.ha, p.hb);
+	// The client proposes 0.0.0.0/0 as its side; the gateway narrows it to
+	// the leased address plus the client's allowed_ips.
+	CHECK(p.hb.logged("selectors 192.168.70.0-192.168.70.255, 10.77.0.6-10.77.0.6,"));
+	// The client's side of the CHILD_SA as the gateway narrowed it, in the status.
+	REQUIRE(p.a->status(p.now).at(0).children.size() == 1);
+	CHECK(p.a->status(p.now)[0].children[0].local_ts ==
+	      std::vector<std::string>{"192.168.70.0/24", "10.77.0.6/32"});
+	p.advance(std::chrono::seconds(11));
+	REQUIRE(p.b->status(p.now).size() == 1);
+	CHECK(p.b->status(p.now)[0].ike_rekeys == 1);
+	CHECK(p.hb.releases == 0);
+	CHECK(p.hb.leases.count(0) == 1);
+	// The client goes away: its Delete ends the lease.
+	p.a->shutdown();
+	p.pump();
+	CHECK(p.b->status(p.now).empty());
+	CHECK(p.hb.releases == 1);
+	CHECK(p.hb.leases.count(0) == 0);
+	CHECK(p.hb.leases.count(7) == 1);
+}
+
+TEST_CASE("a full pool gives INTERNAL_ADDRESS_FAILURE and no CHILD_SA") {
+	PeerPolicy pa = policy("gw", "alice@example.com", "gw.example");
+	pa.request_address = true;
+	Pair p(pa, policy("alice", "gw.example", "alice@example.com"));
+	p.hb.pool = {*parse_ip("10.77.0.5")};
+	p.hb.leases[7] = *parse_ip("10.77.0.5");
+	p.a->start(p.now);
+	p.pump();
+	CHECK(p.ha.installed.empty());
+	CHECK(p.hb.installed.empty());
+	CHECK(p.ha.logged("INTERNAL_ADDRESS_FAILURE"));
+	CHECK(p.hb.leases.count(0) == 0);
 }
 
 TEST_CASE("NAT detection: the side behind a NAT finds out and sends keepalives, the other does not") {
