@@ -1,13 +1,12 @@
 // The config loader: parses TOML with toml++ and validates it into the plain
-// structs of config.hpp. The only file that includes toml++. Every problem is
-// a ConfigError naming the line and saying how to fix it.
+// structs of config.hpp. Every problem is a ConfigError naming the line and
+// saying how to fix it. The keys of IKE peers are in config_ike.cpp.
 #include "conf/config.hpp"
 
 #include "conf/checks.hpp"
+#include "conf/loader.hpp"
 #include "tunnel/address_pool.hpp"
 #include "tunnel/ike/engine.hpp"
-
-#include <toml++/toml.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -39,7 +38,7 @@ std::string_view tun_io_name(TunIo io) noexcept {
 	return "?";
 }
 
-namespace {
+namespace detail {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
 constexpr std::string_view kTunnelKeys[] = {
@@ -63,103 +62,6 @@ constexpr uint32_t kMinMtu = 576;      // RFC 791: every IPv4 host takes 576-byt
 constexpr uint32_t kMinMtuIpv6 = 1280; // RFC 8200 section 5
 constexpr uint32_t kMaxMtu = 65535;
 constexpr size_t kSunPathMax = 107; // sizeof(sockaddr_un::sun_path) - 1
-
-int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
-int line_of(const toml::key& k) { return static_cast<int>(k.source().begin.line); }
-
-std::string_view type_name(toml::node_type t) {
-	switch (t) {
-	case toml::node_type::table:
-		return "a table";
-	case toml::node_type::array:
-		return "an array";
-	case toml::node_type::string:
-		return "a string";
-	case toml::node_type::integer:
-		return "an integer";
-	case toml::node_type::floating_point:
-		return "a floating-point number";
-	case toml::node_type::boolean:
-		return "a boolean";
-	case toml::node_type::date:
-		return "a date";
-	case toml::node_type::time:
-		return "a time";
-	case toml::node_type::date_time:
-		return "a date-time";
-	case toml::node_type::none:
-		break;
-	}
-	return "nothing";
-}
-
-std::string q(std::string_view s) { return "'" + std::string(s) + "'"; }
-
-/// A value found in a table together with the line it sits on.
-template <typename T> struct Found {
-	T value;
-	int line;
-};
-
-/// Cross-peer bookkeeping: which peer (and line) already claimed a value.
-struct Claim {
-	std::string peer;
-	int line;
-};
-
-class Loader {
-public:
-	Loader(const std::string& source, Role role, const fs::path& base_dir)
-	    : source_(source), role_(role), base_dir_(base_dir) {}
-
-	Config load(std::string_view text);
-
-private:
-	[[noreturn]] void fail(int line, const std::string& message) const {
-		throw ConfigError(source_, line, message);
-	}
-
-	void check_keys(const toml::table& t, std::span<const std::string_view> allowed,
-	                std::string_view where);
-	const toml::node* typed(const toml::table& t, std::string_view key, std::string_view where,
-	                        toml::node_type want, std::string_view hint = {});
-	std::optional<Found<std::string>> get_string(const toml::table& t, std::string_view key,
-	                                             std::string_view where);
-	std::optional<Found<int64_t>> get_int(const toml::table& t, std::string_view key,
-	                                      std::string_view where, std::string_view hint = {});
-	std::optional<Found<bool>> get_bool(const toml::table& t, std::string_view key,
-	                                    std::string_view where);
-	std::vector<Found<std::string>> get_strings(const toml::table& t, std::string_view key,
-	                                            std::string_view where, int* line);
-
-	void parse_tunnel(const toml::table& t);
-	void parse_peers(const toml::node& n);
-	PeerConfig parse_peer(const toml::table& t);
-	void parse_allowed_ips(const toml::table& t, PeerConfig& peer, bool may_be_empty);
-	void parse_endpoint_key(const toml::table& t, PeerConfig& peer);
-	IkePeerConfig parse_ike_peer(const toml::table& t, const PeerConfig& peer);
-	SaConfig parse_sa(const toml::table& peer_table, const PeerConfig& peer, std::string_view dir,
-	                  const crypto::CipherSpec& spec);
-	std::vector<uint8_t> parse_key(const toml::table& t, int table_line, std::string_view where,
-	                               std::string_view name, size_t want_len,
-	                               const crypto::CipherSpec& spec);
-	void check_role(int top_line);
-
-	const std::string& source_;
-	Role role_;
-	fs::path base_dir_;
-	Config config_;
-	bool has_ipv6_address_ = false;
-	int tunnel_line_ = 0;
-	int mtu_line_ = 0;
-	int route_all_line_ = 0;
-	int address_pool_line_ = 0;
-	int dns_line_ = 0;
-	int listen_line_ = 0;
-	std::map<std::string, int> names_;
-	std::map<uint32_t, Claim> in_spis_, out_spis_;
-	std::vector<std::pair<IpPrefix, Claim>> routes_;
-};
 
 /**
  * check_ascii() - refuse non-ASCII text except in whole-line comments.
@@ -595,106 +497,6 @@ void Loader::parse_endpoint_key(const toml::table& t, PeerConfig& peer) {
 	}
 }
 
-IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& peer) {
-	constexpr std::string_view where = "[[peer]]";
-	IkePeerConfig ike;
-	auto inline_psk = get_string(t, "psk", where);
-	auto file = get_string(t, "psk_file", where);
-	if (inline_psk && file)
-		fail(file->line, "give either 'psk' or 'psk_file' for peer " + q(peer.name) + ", not both");
-	std::string text;
-	int line = 0;
-	if (inline_psk) {
-		text = inline_psk->value;
-		line = inline_psk->line;
-	} else {
-		line = file->line;
-		if (file->value.empty() || file->value.find('\0') != std::string::npos)
-			fail(line, "'psk_file' of peer " + q(peer.name) + " must name a file");
-		fs::path path =
-		    fs::path(file->value).is_absolute() ? fs::path(file->value) : base_dir_ / file->value;
-		if (auto err = read_key_file(path, text); !err.empty()) fail(line, err);
-	}
-	// strongSwan's convention: "0x..." is hex, anything else is the key's bytes as written.
-	if (text.starts_with("0x") || text.starts_with("0X")) {
-		if (auto err = decode_hex_key(text, ike.psk); !err.empty())
-			fail(line, "the pre-shared key of peer " + q(peer.name) + " " + err);
-	} else {
-		ike.psk.assign(text.begin(), text.end());
-	}
-	if (ike.psk.size() < kMinPskLen)
-		fail(line, "the pre-shared key of peer " + q(peer.name) + " is " +
-		               std::to_string(ike.psk.size()) + " bytes; use at least " +
-		               std::to_string(kMinPskLen) +
-		               " (e.g. 32 random bytes: head -c 32 /dev/urandom | base64)");
-
-	auto identity = [&](std::string_view key, std::string fallback) {
-		auto v = get_string(t, key, where);
-		std::string id = v ? v->value : std::move(fallback);
-		if (v && !ike::parse_identity(v->value))
-			fail(v->line, q(key) + " of peer " + q(peer.name) +
-			                  " is empty; write an FQDN (\"gw.example.com\"), an e-mail style ID "
-			                  "(\"alice@example.com\") or an IP address");
-		return id;
-	};
-	ike.local_id = identity("local_id", config_.tunnel.local_id);
-	ike.remote_id = identity("remote_id", peer.name);
-
-	int list_line = 0;
-	auto ike_list = get_strings(t, "ike_proposals", where, &list_line);
-	if (t.contains("ike_proposals")) {
-		if (ike_list.empty())
-			fail(list_line, "ike_proposals is empty; leave it out for the defaults");
-		ike.ike_proposals.clear();
-		for (const auto& e : ike_list) {
-			std::string err;
-			auto suite = ike::parse_ike_proposal(e.value, err);
-			if (!suite) fail(e.line, "ike_proposals entry " + q(e.value) + ": " + err);
-			ike.ike_proposals.push_back(*suite);
-		}
-	}
-	auto esp_list = get_strings(t, "esp_proposals", where, &list_line);
-	if (t.contains("esp_proposals")) {
-		if (esp_list.empty())
-			fail(list_line, "esp_proposals is empty; leave it out for the defaults");
-		ike.esp_proposals.clear();
-		for (const auto& e : esp_list) {
-			std::string err;
-			auto suite = ike::parse_esp_proposal(e.value, err);
-			if (!suite) fail(e.line, "esp_proposals entry " + q(e.value) + ": " + err);
-			ike.esp_proposals.push_back(*suite);
-		}
-	}
-	if (auto v = get_int(t, "dpd_interval", where)) {
-		if (v->value < 0 || v->value > 86400)
-			fail(
-			    v->line,
-			    "dpd_interval " + std::to_string(v->value) +
-			        " is out of range; use seconds from 1 to 86400, or 0 for no liveness checks");
-		ike.dpd_interval = static_cast<uint32_t>(v->value);
-	}
-	for (auto [key, field] :
-	     {std::pair{"rekey_time", &ike.rekey_time}, std::pair{"ike_rekey_time", &ike.ike_rekey_time}}) {
-		auto v = get_int(t, key, where);
-		if (!v) continue;
-		if (v->value != 0 && (v->value < 5 || v->value > 30 * 86400))
-			fail(v->line,
-			     std::string(key) + " " + std::to_string(v->value) +
-			         " is out of range; use seconds from 5 to 2592000 (30 days), or 0 to leave "
-			         "rekeying to the peer");
-		*field = static_cast<uint32_t>(v->value);
-	}
-	ike.initiate = peer.endpoint.has_value();
-	if (auto v = get_bool(t, "initiate", where)) {
-		if (v->value && !peer.endpoint)
-			fail(v->line,
-			     "initiate = true needs an endpoint for peer " + q(peer.name) +
-			         " (where to send IKE_SA_INIT); add endpoint = \"198.51.100.7:4500\"");
-		ike.initiate = v->value;
-	}
-	return ike;
-}
-
 void Loader::parse_allowed_ips(const toml::table& t, PeerConfig& peer, bool may_be_empty) {
 	int line = 0;
 	auto entries = get_strings(t, "allowed_ips", "[[peer]]", &line);
@@ -883,7 +685,9 @@ void Loader::check_role(int top_line) {
 		         ") must accept all IPv6 traffic too: add \"::/0\" to its allowed_ips");
 }
 
-} // namespace
+} // namespace detail
+
+using detail::Loader;
 
 Config parse_config(std::string_view text, const std::string& source, Role role, const fs::path& base_dir) {
 	return Loader(source, role, base_dir).load(text);

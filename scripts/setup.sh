@@ -9,7 +9,9 @@ set -euo pipefail
 build_pkgs=(g++ cmake make pkg-config libssl-dev liburing-dev libasio-dev libtomlplusplus-dev doctest-dev)
 # Tests: namespaces and addresses (iproute2), traffic (iperf3, ping), the
 # scapy interop peer, clang + its runtimes for the fuzz build and
-# clang-format, and pgrep/sysctl (procps).
+# clang-format, and pgrep/sysctl (procps). openresolv (the resolvconf that
+# tests/netns/test_ike_dns.py applies client DNS servers through) is added
+# below unless the machine has another resolver manager it conflicts with.
 test_pkgs=(iproute2 iperf3 iputils-ping python3-scapy clang clang-format libclang-rt-14-dev procps git)
 # `esptun-bench compare` peers: userspace WireGuard (wireguard-go, configured
 # with wg), OpenVPN 2.6, and strongSwan's charon with kernel-libipsec (the
@@ -25,6 +27,13 @@ vm_pkgs=(qemu-system-x86 linux-image-amd64 busybox-static cpio kmod)
 is_installed() {
 	[[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]
 }
+
+# openresolv conflicts with systemd-resolved and Debian's resolvconf:
+# installing it would remove them, so it is never added next to them (the
+# DNS test then fails and says why).
+if ! is_installed systemd-resolved && ! is_installed resolvconf; then
+	test_pkgs+=(openresolv)
+fi
 
 missing=()
 for pkg in "${build_pkgs[@]}" "${test_pkgs[@]}" "${peer_pkgs[@]}" "${vm_pkgs[@]}"; do

@@ -13,13 +13,9 @@
 #include <cstring>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <spawn.h>
 #include <stdexcept>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-extern char** environ;
 
 namespace esptun {
 namespace {
@@ -154,9 +150,10 @@ void IkeService::start() {
 
 void IkeService::shutdown() {
 	engine_->shutdown();
+	dns_.restore(); // the tun still exists; the destructor would do it too
 	timer_.cancel();
 	inbox_wait_.cancel();
-	ike_wait_.cancel();
+	if (ike_wait_.is_open()) ike_wait_.cancel(); // not open with ike_port = 0
 }
 
 void IkeService::wait_inbox() {
@@ -403,39 +400,8 @@ void IkeService::assigned(size_t peer, std::span<const IpAddress> addresses, std
 		}
 	}
 	virtual_addresses_ = std::move(now);
-	if (!dns.empty()) apply_dns(dns);
-}
-
-void IkeService::apply_dns(std::span<const IpAddress> dns) {
-	// Per-link DNS exists with systemd-resolved (resolvectl); the setting
-	// goes away with the tun. Without it there is no per-link DNS to set,
-	// and rewriting /etc/resolv.conf behind the system's back is not ours to do.
-	std::string servers;
-	for (const IpAddress& d : dns)
-		servers += " " + to_string(d);
-	if (::access("/usr/bin/resolvectl", X_OK) != 0) {
-		log::info("DNS servers from the gateway:" + servers +
-		          " (not applied: no resolvectl, so no per-link DNS on this system)");
-		dns_applied_ = "not applied: no resolvectl";
-		return;
-	}
-	std::vector<std::string> args{"resolvectl", "dns", platform::link_name(tun_ifindex_)};
-	for (const IpAddress& d : dns)
-		args.push_back(to_string(d));
-	std::vector<char*> argv;
-	for (std::string& a : args)
-		argv.push_back(a.data());
-	argv.push_back(nullptr);
-	pid_t pid = 0;
-	int status = 0;
-	if (posix_spawn(&pid, "/usr/bin/resolvectl", nullptr, nullptr, argv.data(), environ) != 0 ||
-	    waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		log::warn("resolvectl could not set the DNS servers" + servers);
-		dns_applied_ = "resolvectl failed";
-		return;
-	}
-	log::info("DNS servers set on " + platform::link_name(tun_ifindex_) + ":" + servers);
-	dns_applied_ = "resolvectl";
+	// A new IKE SA without DNS servers takes back the earlier ones.
+	dns_applied_ = dns_.apply(platform::link_name(tun_ifindex_), dns);
 }
 
 void IkeService::write_status(JsonWriter& j) const {

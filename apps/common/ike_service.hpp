@@ -5,6 +5,7 @@
 // CHILD_SAs into SAs in the SA table.
 #pragma once
 
+#include "apps/common/dns_config.hpp"
 #include "apps/common/ike_inbox.hpp"
 #include "apps/common/json.hpp"
 #include "conf/config.hpp"
@@ -68,7 +69,6 @@ private:
 	void wait_inbox();
 	void wait_ike_socket();
 	void arm_timer();
-	void apply_dns(std::span<const IpAddress> dns);
 
 	SaTable& table_;
 	int natt_fd_;
@@ -94,7 +94,8 @@ private:
 	/// the negotiated selectors once a CHILD_SA is up.
 	const conf::Config* client_config_ = nullptr;
 	std::vector<IpPrefix> routed_;
-	std::string dns_applied_; ///< how the DNS servers were set, for status
+	LinkDns dns_;             ///< the gateway's DNS servers in the resolver config, until we stop
+	std::string dns_applied_; ///< how they were set, for status
 };
 
 } // namespace esptun

@@ -63,6 +63,9 @@ class Injector:
         self.sent = 0
         self.expect = {}  # "drops.x" / "ignored.x" -> count
         self.delivered = []  # payloads the listener must see, in order
+        # Payloads sent from another socket (another 4-tuple): the kernel may
+        # hash them to another worker, so only their arrival is checked.
+        self.unordered = set()
 
     def send(self, data, sock=None):
         (sock or self.ctx.peer_sock).sendto(data, (A_UL, 4500))
@@ -83,6 +86,8 @@ class Injector:
         data = (esp or self.esp).seal(pkt, seq)
         self.send(data, sock)
         self.delivered.append(payload)
+        if sock is not None:
+            self.unordered.add(payload)
         return data
 
     def sealed(self, seq, src=B_IN, esp=None):
@@ -243,11 +248,17 @@ def run_suite(rep, ctx, idx, cipher, esn):
 
         rep.check(gw.alive(), f"[{tag}] gateway still running after {total} hostile/good datagrams")
         want = [p for p in inj.delivered]
-        same = len(got) == len(want) and all(w is None or w == g for w, g in zip(want, got))
+        # In order: the packets of the one underlay 4-tuple (one worker);
+        # those from other sockets may interleave anywhere.
+        in_order = [p for p in want if p is not None and p not in inj.unordered]
+        known = set(in_order)
+        same = (len(got) == len(want) and [g for g in got if g in known] == in_order
+                and all(p in got for p in inj.unordered))
         rep.check(same and extra is None,
-                  f"[{tag}] listener got exactly the {len(want)} good packets, in order, "
-                  "nothing else",
-                  f"got {len(got)} (+extra {extra is not None}), want {len(want)}")
+                  f"[{tag}] listener got exactly the {len(want)} good packets, in order "
+                  f"(the {len(inj.unordered)} from other sockets anywhere), nothing else",
+                  f"got {len(got)} (+extra {extra is not None}), want {len(want)}; "
+                  f"in-order part equal: {[g for g in got if g in known] == in_order}")
         rep.equal(d["counters.udp_rx_packets"], total, f"[{tag}] udp_rx_packets moved by the total")
         rep.equal(d["counters.tun_tx_packets"], len(want), f"[{tag}] tun_tx_packets")
         rep.equal(d["counters.udp_tx_packets"], 0, f"[{tag}] nothing sent back to B")

@@ -312,20 +312,6 @@ def paths_of(obj, want, path=""):
     return out
 
 
-def inet_addrs(ns, dev):
-    """inet_addrs() - [(address, prefixlen)] of dev's IPv4 addresses (`ip -j addr
-    show`); None when dev does not exist."""
-    p = ns.ip("-j", "addr", "show", "dev", dev, check=False)
-    if p.returncode != 0:
-        return None
-    try:
-        links = json.loads(p.stdout or "[]")
-    except ValueError:
-        return None
-    return [(a.get("local"), a.get("prefixlen")) for link in links
-            for a in link.get("addr_info", []) if a.get("family") == "inet"]
-
-
 def routes_text(ns):
     return ns.ip("-4", "route", "show").stdout + ns.ip("-6", "route", "show").stdout
 
@@ -388,7 +374,7 @@ def wait_client_up(rep, tag, s):
             raise TestError(f"esptun-client ({s.label}) exited with {s.ep.proc.returncode} "
                             f"before its IKE SA was up; log:\n{netns.tail(s.ep.log, 15)}")
         st = s.ep.status()
-        addrs = inet_addrs(s.ns, s.tun) or []
+        addrs = s.ns.inet_addrs(s.tun) or []
         if s.vip is None and established(st) and len(addrs) == 1:
             s.vip = addrs[0][0]
         return st if established(st) and any(a == s.vip for a, _ in addrs) else None
@@ -403,7 +389,7 @@ def wait_client_up(rep, tag, s):
             pass
         rep.check(False, f"[{tag}] {s.label} ({s.local_id}): IKE SA established and {vip} on "
                   f"{s.tun} within {ESTABLISH_TIMEOUT} s ({str(e).splitlines()[0]})",
-                  f"ike: {short(st.get('ike'))}\n{s.tun}: {inet_addrs(s.ns, s.tun)}\n"
+                  f"ike: {short(st.get('ike'))}\n{s.tun}: {s.ns.inet_addrs(s.tun)}\n"
                   f"log:\n{netns.tail(s.ep.log, 15)}")
         raise Reported(str(e))
     rep.info(f"{s.label} ({s.local_id}) up {time.monotonic() - t0:.2f} s after its control "
@@ -413,7 +399,7 @@ def wait_client_up(rep, tag, s):
 
 def check_client_up(rep, tag, s, st):
     """The tun's address, and what the client's status says about the IKE SA."""
-    addrs = inet_addrs(s.ns, s.tun)
+    addrs = s.ns.inet_addrs(s.tun)
     rep.check(addrs == [(s.vip, 32)],
               f"[{tag}] {s.label}: `ip -j addr show dev {s.tun}`: exactly {s.vip}/32",
               f"IPv4 addresses {addrs}")
@@ -615,7 +601,7 @@ def case_auth_failure(rep, ctx, idx, tag, kind):
         auth_line = log_line(g.ep.log, r"authentication failed")
         rep.info(f"gateway's authentication failure line: {auth_line!r}")
     rep.info(f"log lines looked for during {time.monotonic() - t0:.2f} s")
-    addrs = inet_addrs(a.ns, a.tun)
+    addrs = a.ns.inet_addrs(a.tun)
     rep.check(not addrs, f"[{tag}] client's tun {a.tun} has no IPv4 address "
               f"({'tun absent' if addrs is None else 'tun present, no address'})", str(addrs))
     st_g = g.ep.status()

@@ -1616,20 +1616,6 @@ def _ipv4_ranges(items):
     return out
 
 
-def inet_addrs(ns, dev):
-    """inet_addrs() - [(address, prefixlen)] of dev's IPv4 addresses; None when
-    dev does not exist."""
-    p = ns.ip("-j", "addr", "show", "dev", dev, check=False)
-    if p.returncode != 0:
-        return None
-    try:
-        links = json.loads(p.stdout or "[]")
-    except ValueError:
-        return None
-    return [(a.get("local"), a.get("prefixlen")) for link in links
-            for a in link.get("addr_info", []) if a.get("family") == "inet"]
-
-
 def route_dests(ns, dev):
     """route_dests() - (destinations of `ip -4 route show dev DEV`, its text)."""
     text = ns.ip("-4", "route", "show", "dev", dev, check=False).stdout
@@ -1817,7 +1803,7 @@ def rw_established(rep, tag, case, A, B, t0):
     rep.check(vip is not None and e_vips == [vip],
               f"[{tag}] esptun-client status: ike.sas[].virtual_ips {sa.get('virtual_ips')} == "
               f"charon's remote-vips [{vip}]", json.dumps(sa)[:1500])
-    addrs = inet_addrs(A.ns, A.tun)
+    addrs = A.ns.inet_addrs(A.tun)
     rep.check(vip is not None and addrs == [(vip, 32)],
               f"[{tag}] `ip -j addr show dev {A.tun}`: exactly {vip}/32 (the address charon "
               f"assigned)", f"IPv4 addresses {addrs}")

@@ -1,0 +1,109 @@
+// The config loader, IKE peers: pre-shared keys, identities, proposals and
+// timers of a peer that negotiates its SAs with IKEv2 (see config.hpp).
+#include "conf/checks.hpp"
+#include "conf/loader.hpp"
+#include "tunnel/ike/engine.hpp"
+
+namespace esptun::conf::detail {
+
+IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& peer) {
+	constexpr std::string_view where = "[[peer]]";
+	IkePeerConfig ike;
+	auto inline_psk = get_string(t, "psk", where);
+	auto file = get_string(t, "psk_file", where);
+	if (inline_psk && file)
+		fail(file->line, "give either 'psk' or 'psk_file' for peer " + q(peer.name) + ", not both");
+	std::string text;
+	int line = 0;
+	if (inline_psk) {
+		text = inline_psk->value;
+		line = inline_psk->line;
+	} else {
+		line = file->line;
+		if (file->value.empty() || file->value.find('\0') != std::string::npos)
+			fail(line, "'psk_file' of peer " + q(peer.name) + " must name a file");
+		fs::path path =
+		    fs::path(file->value).is_absolute() ? fs::path(file->value) : base_dir_ / file->value;
+		if (auto err = read_key_file(path, text); !err.empty()) fail(line, err);
+	}
+	// strongSwan's convention: "0x..." is hex, anything else is the key's bytes as written.
+	if (text.starts_with("0x") || text.starts_with("0X")) {
+		if (auto err = decode_hex_key(text, ike.psk); !err.empty())
+			fail(line, "the pre-shared key of peer " + q(peer.name) + " " + err);
+	} else {
+		ike.psk.assign(text.begin(), text.end());
+	}
+	if (ike.psk.size() < kMinPskLen)
+		fail(line, "the pre-shared key of peer " + q(peer.name) + " is " +
+		               std::to_string(ike.psk.size()) + " bytes; use at least " +
+		               std::to_string(kMinPskLen) +
+		               " (e.g. 32 random bytes: head -c 32 /dev/urandom | base64)");
+
+	auto identity = [&](std::string_view key, std::string fallback) {
+		auto v = get_string(t, key, where);
+		std::string id = v ? v->value : std::move(fallback);
+		if (v && !ike::parse_identity(v->value))
+			fail(v->line, q(key) + " of peer " + q(peer.name) +
+			                  " is empty; write an FQDN (\"gw.example.com\"), an e-mail style ID "
+			                  "(\"alice@example.com\") or an IP address");
+		return id;
+	};
+	ike.local_id = identity("local_id", config_.tunnel.local_id);
+	ike.remote_id = identity("remote_id", peer.name);
+
+	int list_line = 0;
+	auto ike_list = get_strings(t, "ike_proposals", where, &list_line);
+	if (t.contains("ike_proposals")) {
+		if (ike_list.empty())
+			fail(list_line, "ike_proposals is empty; leave it out for the defaults");
+		ike.ike_proposals.clear();
+		for (const auto& e : ike_list) {
+			std::string err;
+			auto suite = ike::parse_ike_proposal(e.value, err);
+			if (!suite) fail(e.line, "ike_proposals entry " + q(e.value) + ": " + err);
+			ike.ike_proposals.push_back(*suite);
+		}
+	}
+	auto esp_list = get_strings(t, "esp_proposals", where, &list_line);
+	if (t.contains("esp_proposals")) {
+		if (esp_list.empty())
+			fail(list_line, "esp_proposals is empty; leave it out for the defaults");
+		ike.esp_proposals.clear();
+		for (const auto& e : esp_list) {
+			std::string err;
+			auto suite = ike::parse_esp_proposal(e.value, err);
+			if (!suite) fail(e.line, "esp_proposals entry " + q(e.value) + ": " + err);
+			ike.esp_proposals.push_back(*suite);
+		}
+	}
+	if (auto v = get_int(t, "dpd_interval", where)) {
+		if (v->value < 0 || v->value > 86400)
+			fail(
+			    v->line,
+			    "dpd_interval " + std::to_string(v->value) +
+			        " is out of range; use seconds from 1 to 86400, or 0 for no liveness checks");
+		ike.dpd_interval = static_cast<uint32_t>(v->value);
+	}
+	for (auto [key, field] :
+	     {std::pair{"rekey_time", &ike.rekey_time}, std::pair{"ike_rekey_time", &ike.ike_rekey_time}}) {
+		auto v = get_int(t, key, where);
+		if (!v) continue;
+		if (v->value != 0 && (v->value < 5 || v->value > 30 * 86400))
+			fail(v->line,
+			     std::string(key) + " " + std::to_string(v->value) +
+			         " is out of range; use seconds from 5 to 2592000 (30 days), or 0 to leave "
+			         "rekeying to the peer");
+		*field = static_cast<uint32_t>(v->value);
+	}
+	ike.initiate = peer.endpoint.has_value();
+	if (auto v = get_bool(t, "initiate", where)) {
+		if (v->value && !peer.endpoint)
+			fail(v->line,
+			     "initiate = true needs an endpoint for peer " + q(peer.name) +
+			         " (where to send IKE_SA_INIT); add endpoint = \"198.51.100.7:4500\"");
+		ike.initiate = v->value;
+	}
+	return ike;
+}
+
+} // namespace esptun::conf::detail

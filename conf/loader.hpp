@@ -1,0 +1,120 @@
+// The config loader's class, shared by the files that implement it
+// (config.cpp, config_ike.cpp); internal to conf/. With config*.cpp, the only
+// code that includes toml++.
+#pragma once
+
+#include "conf/config.hpp"
+
+#include <toml++/toml.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace esptun::conf::detail {
+
+namespace fs = std::filesystem;
+
+inline int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
+inline int line_of(const toml::key& k) { return static_cast<int>(k.source().begin.line); }
+
+inline std::string_view type_name(toml::node_type t) {
+	switch (t) {
+	case toml::node_type::table:
+		return "a table";
+	case toml::node_type::array:
+		return "an array";
+	case toml::node_type::string:
+		return "a string";
+	case toml::node_type::integer:
+		return "an integer";
+	case toml::node_type::floating_point:
+		return "a floating-point number";
+	case toml::node_type::boolean:
+		return "a boolean";
+	case toml::node_type::date:
+		return "a date";
+	case toml::node_type::time:
+		return "a time";
+	case toml::node_type::date_time:
+		return "a date-time";
+	case toml::node_type::none:
+		break;
+	}
+	return "nothing";
+}
+
+inline std::string q(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+/// A value found in a table together with the line it sits on.
+template <typename T> struct Found {
+	T value;
+	int line;
+};
+
+/// Cross-peer bookkeeping: which peer (and line) already claimed a value.
+struct Claim {
+	std::string peer;
+	int line;
+};
+
+class Loader {
+public:
+	Loader(const std::string& source, Role role, const fs::path& base_dir)
+	    : source_(source), role_(role), base_dir_(base_dir) {}
+
+	Config load(std::string_view text);
+
+private:
+	[[noreturn]] void fail(int line, const std::string& message) const {
+		throw ConfigError(source_, line, message);
+	}
+
+	void check_keys(const toml::table& t, std::span<const std::string_view> allowed,
+	                std::string_view where);
+	const toml::node* typed(const toml::table& t, std::string_view key, std::string_view where,
+	                        toml::node_type want, std::string_view hint = {});
+	std::optional<Found<std::string>> get_string(const toml::table& t, std::string_view key,
+	                                             std::string_view where);
+	std::optional<Found<int64_t>> get_int(const toml::table& t, std::string_view key,
+	                                      std::string_view where, std::string_view hint = {});
+	std::optional<Found<bool>> get_bool(const toml::table& t, std::string_view key,
+	                                    std::string_view where);
+	std::vector<Found<std::string>> get_strings(const toml::table& t, std::string_view key,
+	                                            std::string_view where, int* line);
+
+	void parse_tunnel(const toml::table& t);
+	void parse_peers(const toml::node& n);
+	PeerConfig parse_peer(const toml::table& t);
+	void parse_allowed_ips(const toml::table& t, PeerConfig& peer, bool may_be_empty);
+	void parse_endpoint_key(const toml::table& t, PeerConfig& peer);
+	IkePeerConfig parse_ike_peer(const toml::table& t, const PeerConfig& peer);
+	SaConfig parse_sa(const toml::table& peer_table, const PeerConfig& peer, std::string_view dir,
+	                  const crypto::CipherSpec& spec);
+	std::vector<uint8_t> parse_key(const toml::table& t, int table_line, std::string_view where,
+	                               std::string_view name, size_t want_len,
+	                               const crypto::CipherSpec& spec);
+	void check_role(int top_line);
+
+	const std::string& source_;
+	Role role_;
+	fs::path base_dir_;
+	Config config_;
+	bool has_ipv6_address_ = false;
+	int tunnel_line_ = 0;
+	int mtu_line_ = 0;
+	int route_all_line_ = 0;
+	int address_pool_line_ = 0;
+	int dns_line_ = 0;
+	int listen_line_ = 0;
+	std::map<std::string, int> names_;
+	std::map<uint32_t, Claim> in_spis_, out_spis_;
+	std::vector<std::pair<IpPrefix, Claim>> routes_;
+};
+
+} // namespace esptun::conf::detail
