@@ -85,11 +85,32 @@ VhostNet VhostNet::open(const std::string& path) {
 		                      hex64(kWantedFeatures) + ": VIRTIO_NET_HDR, VERSION_1 and EVENT_IDX");
 	uint64_t want = kWantedFeatures;
 	if (::ioctl(v.fd_.get(), VHOST_SET_FEATURES, &want) < 0) throw_errno("VHOST_SET_FEATURES", path);
+	v.acked_ = want;
 	for (unsigned q = 0; q < 2; q++) {
 		v.kick_[q] = make_eventfd();
 		v.call_[q] = make_eventfd();
 	}
 	return v;
+}
+
+void VhostNet::use_tun_vnet_hdr() {
+	// VIRTIO_NET_F_MRG_RXBUF (15, virtio 1.1 section 5.1.3): with VERSION_1 the
+	// header is 12 bytes either way; this bit lets vhost spread one packet over
+	// several RX buffers (get_rx_bufs() takes up to UIO_MAXIOV heads) and write
+	// their count into num_buffers. Without it a packet longer than one buffer
+	// is dropped by vhost ("Discarded rx packet"), so every RX buffer would
+	// need room for a 64 KiB super-packet.
+	constexpr unsigned kVirtioNetFMrgRxbuf = 15;
+	uint64_t want =
+	    (1ULL << VIRTIO_F_VERSION_1) | (1ULL << kVirtioRingFEventIdx) | (1ULL << kVirtioNetFMrgRxbuf);
+	if ((offered_ & want) != want)
+		throw SystemError(EOPNOTSUPP, "VHOST_GET_FEATURES",
+		                  "the kernel offers " + hex64(offered_) + ", a vnet_hdr tun needs " +
+		                      hex64(want) + ": VERSION_1, EVENT_IDX and MRG_RXBUF");
+	// Setting features again is allowed until the rings run (vhost_net_set_features()).
+	if (::ioctl(fd_.get(), VHOST_SET_FEATURES, &want) < 0)
+		throw_errno("VHOST_SET_FEATURES", "VERSION_1, EVENT_IDX and MRG_RXBUF");
+	acked_ = want;
 }
 
 void VhostNet::set_mem_table(std::span<const uint8_t> region) {
@@ -142,7 +163,7 @@ void VhostNet::attach(int tun_fd) {
 			const int err = errno;
 			detach();
 			throw SystemError(err, "VHOST_NET_SET_BACKEND queue " + std::to_string(q),
-			                  "the tun must be IFF_TUN without IFF_VNET_HDR");
+			                  "the tun must be an IFF_TUN queue");
 		}
 		attached_ = true;
 	}

@@ -5,8 +5,9 @@
 // virtio/split_queue.hpp, and apps/common/vhost_tun_port.hpp drives them.
 //
 // Set-up order (what ../shared/reference/vm-spike found to work on 6.1):
-//   tun opened IFF_TUN|IFF_NO_PI (no IFF_VNET_HDR), TUNSETSNDBUF != INT_MAX
+//   tun opened IFF_TUN|IFF_NO_PI, TUNSETSNDBUF != INT_MAX
 //   -> open /dev/vhost-net, VHOST_SET_OWNER, VHOST_GET/SET_FEATURES
+//      (a tun with IFF_VNET_HDR: use_tun_vnet_hdr() sets them again)
 //   -> VHOST_SET_MEM_TABLE (one region, guest address == user address)
 //   -> per queue: SET_VRING_NUM, SET_VRING_BASE 0, SET_VRING_ADDR, SET_VRING_KICK, SET_VRING_CALL
 //   -> (driver posts RX buffers) -> VHOST_NET_SET_BACKEND(tun) for both -> kick RX.
@@ -27,9 +28,12 @@ inline constexpr const char* kVhostNetPath = "/dev/vhost-net";
 /// Queue 0 carries packets the tun hands us (outbound), queue 1 the ones we hand it.
 inline constexpr unsigned kVhostRxQueue = 0;
 inline constexpr unsigned kVhostTxQueue = 1;
-/// struct virtio_net_hdr_mrg_rxbuf: with VIRTIO_F_VERSION_1 every ring buffer
-/// starts with these 12 bytes (vhost adds them on RX and strips them on TX,
-/// as VHOST_NET_F_VIRTIO_NET_HDR is negotiated and the tun has no IFF_VNET_HDR).
+/// struct virtio_net_hdr_mrg_rxbuf: with VIRTIO_F_VERSION_1 every packet on a
+/// ring starts with these 12 bytes. Either vhost adds them on RX and strips
+/// them on TX (VHOST_NET_F_VIRTIO_NET_HDR, a tun without IFF_VNET_HDR: always
+/// a zero header), or the tun reads and writes them itself (IFF_VNET_HDR with
+/// TUNSETVNETHDRSZ 12, use_tun_vnet_hdr(): GSO and checksum fields included)
+/// and vhost only fills in num_buffers (VIRTIO_NET_F_MRG_RXBUF).
 inline constexpr size_t kVirtioNetHdrLen = 12;
 
 /// An anonymous, populated, private read-write mapping; unmapped on destruction.
@@ -86,6 +90,19 @@ public:
 	VhostNet& operator=(const VhostNet&) = delete;
 	~VhostNet() { detach(); }
 
+	/**
+	 * use_tun_vnet_hdr() - VHOST_SET_FEATURES for a tun opened with IFF_VNET_HDR
+	 * (vnet header size 12): VERSION_1, EVENT_IDX and VIRTIO_NET_F_MRG_RXBUF,
+	 * without VHOST_NET_F_VIRTIO_NET_HDR. vhost then passes the tun's own
+	 * header through (drivers/vhost/net.c: vhost_hlen 0, sock_hlen 12), so
+	 * GSO super-packets and partial checksums cross the rings; an RX packet
+	 * may span several buffers, the first header's num_buffers says how many.
+	 * Before the backend is attached. Throws SystemError (EOPNOTSUPP when not offered).
+	 */
+	void use_tun_vnet_hdr();
+	/// The features set by the last VHOST_SET_FEATURES.
+	uint64_t acked_features() const noexcept { return acked_; }
+
 	/// VHOST_SET_MEM_TABLE: @region (rings and buffers) mapped one to one. Throws SystemError.
 	void set_mem_table(std::span<const uint8_t> region);
 	/// SET_VRING_NUM, SET_VRING_BASE 0, SET_VRING_ADDR, SET_VRING_KICK, SET_VRING_CALL. Throws
@@ -106,6 +123,7 @@ private:
 	UniqueFd fd_;
 	std::array<UniqueFd, 2> kick_, call_;
 	uint64_t offered_ = 0;
+	uint64_t acked_ = 0;
 	bool attached_ = false;
 };
 

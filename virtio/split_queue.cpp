@@ -78,12 +78,49 @@ bool SplitQueue::add_buffer(uint64_t addr, uint32_t len, bool device_writable, u
 	return true;
 }
 
+bool SplitQueue::add_chain(std::span<const ChainPart> parts) noexcept {
+	if (parts.empty() || parts.size() > free_count_) {
+		if (!parts.empty()) stats_.ring_full.add();
+		return false;
+	}
+	// Pop every id first: each descriptor names the next one.
+	const size_t n = parts.size();
+	const uint16_t head = free_ids_[free_count_ - 1];
+	uint16_t id = head;
+	for (size_t i = 0; i < n; i++) {
+		free_count_--;
+		const uint16_t next = i + 1 < n ? free_ids_[free_count_ - 1] : uint16_t(0);
+		descs_[id] =
+		    Desc{parts[i].token, parts[i].len, false, State::queued, uint16_t(n - i), next, i == 0};
+		uint8_t* d = desc_ + size_t(id) * kDescSize;
+		ring_store<uint64_t>(d + kDescAddrOff, parts[i].addr);
+		ring_store<uint32_t>(d + kDescLenOff, parts[i].len);
+		ring_store<uint16_t>(d + kDescFlagsOff, i + 1 < n ? kDescFNext : uint16_t(0));
+		ring_store<uint16_t>(d + kDescNextOff, next);
+		id = next;
+	}
+	const uint16_t slot = next_avail_ & mask_;
+	ring_store<uint16_t>(avail_ + kAvailRingOff + size_t(slot) * kAvailEntrySize, head);
+	avail_slots_[slot] = head;
+	next_avail_++;
+	stats_.added.add(n);
+	return true;
+}
+
 Published SplitQueue::publish() noexcept {
 	const Published p{published_idx_, next_avail_};
 	if (p.count() == 0) return p;
-	for (uint16_t i = p.old_idx; i != p.new_idx; i++)
-		descs_[avail_slots_[i & mask_]].state = State::in_flight;
-	in_flight_ += p.count();
+	uint32_t descs = 0;
+	for (uint16_t i = p.old_idx; i != p.new_idx; i++) {
+		// A chain: every piece, through the private links.
+		uint16_t id = avail_slots_[i & mask_];
+		for (uint16_t left = descs_[id].chain; left > 0; left--) {
+			descs_[id].state = State::in_flight;
+			descs++;
+			id = descs_[id].next;
+		}
+	}
+	in_flight_ += descs;
 
 	// Section 2.6.13.3 "Updating idx": the descriptors and avail slots written
 	// by add_buffer() must be visible before the device can see the new idx.
@@ -92,7 +129,7 @@ Published SplitQueue::publish() noexcept {
 	// smp_rmb after vhost_get_avail_idx). On x86 this is a plain mov.
 	ring_store<uint16_t>(avail_ + kAvailIdxOff, p.new_idx, std::memory_order_release);
 	published_idx_ = p.new_idx;
-	stats_.published.add(p.count());
+	stats_.published.add(descs);
 	return p;
 }
 
@@ -139,7 +176,7 @@ uint16_t SplitQueue::used_end() noexcept {
 	return idx;
 }
 
-bool SplitQueue::take_used(UsedBuffer& out) noexcept {
+bool SplitQueue::take_used(UsedBuffer& out, uint16_t& id_out) noexcept {
 	const uint8_t* e = used_ + kUsedRingOff + size_t(last_used_ & mask_) * kUsedElemSize;
 	// Each device-written field is loaded exactly once, then only the local copy is used.
 	const uint32_t id = ring_load<uint32_t>(e + kUsedElemIdOff);
@@ -153,13 +190,16 @@ bool SplitQueue::take_used(UsedBuffer& out) noexcept {
 	Desc& d = descs_[id];
 	// Only a published, unreturned descriptor may come back: this rejects
 	// duplicates, ids never handed out and ids the device read past avail->idx
-	// to find. Every buffer is one descriptor and the chain is known privately
-	// (length 1), so nothing here walks next pointers in shared memory that
-	// the device could have turned into a loop.
-	if (d.state != State::in_flight) {
+	// to find. A chain's pieces are known privately (add_chain()), so nothing
+	// here walks next pointers in shared memory that the device could have
+	// turned into a loop.
+	// A chain comes back under its head only: a used entry naming one of its
+	// later pieces is as wrong as a free id.
+	if (d.state != State::in_flight || !d.head) {
 		corrupt(UsedError::id_not_in_flight);
 		return false;
 	}
+	id_out = uint16_t(id);
 	d.state = State::free;
 	free_ids_[free_count_++] = uint16_t(id);
 	in_flight_--;

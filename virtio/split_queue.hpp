@@ -114,6 +114,27 @@ public:
 	 */
 	bool add_buffer(uint64_t addr, uint32_t len, bool device_writable, uint64_t token) noexcept;
 
+	/// One piece of a device-readable descriptor chain for add_chain().
+	struct ChainPart {
+		uint64_t addr = 0;  ///< device address (identity-mapped: the user address)
+		uint32_t len = 0;   ///< bytes
+		uint64_t token = 0; ///< returned by harvest_used() for this piece
+	};
+
+	/**
+	 * add_chain() - queue one device-readable buffer made of @parts, in order
+	 * (descriptors linked with VIRTQ_DESC_F_NEXT, one avail slot for the head)
+	 * @parts: 1..size() pieces; the device reads them as one contiguous buffer
+	 *
+	 * The device returns the chain with one used entry naming the head;
+	 * harvest_used() then calls its function once per piece, head first, each
+	 * with its own token (len 0). The links are also kept privately, so the
+	 * harvest never follows a next field in shared memory.
+	 * Return: false when fewer than parts.size() descriptors are free (counted
+	 * as ring_full) or @parts is empty; nothing changes then.
+	 */
+	bool add_chain(std::span<const ChainPart> parts) noexcept;
+
 	/**
 	 * publish() - make every queued buffer visible to the device
 	 * Return: avail->idx before and after; pass both to needs_kick(). A store
@@ -146,9 +167,10 @@ public:
 	/**
 	 * harvest_used() - hand back buffers the device has finished with
 	 * @fn:  called as fn(const UsedBuffer&) once per valid used entry, in ring
-	 *       order; it may call add_buffer() (e.g. to recycle an RX buffer)
-	 * @max: stop after this many buffers; the rest stay for the next call
-	 * Return: the number of buffers passed to @fn. Corrupt entries are consumed,
+	 *       order, and for a chain once per piece (add_chain()); it may call
+	 *       add_buffer() (e.g. to recycle an RX buffer)
+	 * @max: stop after this many used entries; the rest stay for the next call
+	 * Return: the number of used entries taken. Corrupt entries are consumed,
 	 * counted per UsedError and skipped; a token is never returned twice.
 	 */
 	template <std::invocable<const UsedBuffer&> F> size_t harvest_used(F&& fn, size_t max = SIZE_MAX);
@@ -167,7 +189,7 @@ public:
 
 	uint32_t size() const noexcept { return layout_.queue_size; }
 	uint32_t free_count() const noexcept { return free_count_; }
-	/// Buffers published and not yet returned by the device.
+	/// Descriptors published and not yet returned by the device (a chain counts each piece).
 	uint32_t in_flight() const noexcept { return in_flight_; }
 	/// Buffers added but not yet published.
 	uint32_t pending() const noexcept { return uint16_t(next_avail_ - published_idx_); }
@@ -194,10 +216,16 @@ private:
 		uint32_t len = 0;
 		bool writable = false;
 		State state = State::free;
+		uint16_t chain = 1; ///< descriptors from this one to the end of its chain
+		uint16_t next = 0;  ///< the next piece when chain > 1 (private copy)
+		bool head = true;   ///< the id an avail slot (and a used entry) names
 	};
 
 	uint16_t used_end() noexcept;
-	bool take_used(UsedBuffer& out) noexcept;
+	/// The next used entry; @id receives the head descriptor it names.
+	bool take_used(UsedBuffer& out, uint16_t& id) noexcept;
+	/// Frees @count chain pieces from @id on (private links) and passes each to @fn.
+	template <class F> void release_chain_tail(uint16_t id, uint16_t count, F& fn);
 	void corrupt(UsedError e) noexcept { stats_.corrupt[static_cast<size_t>(e)].add(); }
 
 	RingLayout layout_;
@@ -222,12 +250,33 @@ template <std::invocable<const UsedBuffer&> F> size_t SplitQueue::harvest_used(F
 	const uint16_t end = used_end();
 	size_t n = 0;
 	UsedBuffer u;
+	uint16_t id = 0;
 	while (last_used_ != end && n < max) {
-		if (!take_used(u)) continue; // corrupt: consumed, counted, skipped
+		if (!take_used(u, id)) continue; // corrupt: consumed, counted, skipped
+		// Read before fn(): it may re-use the head's descriptor.
+		const uint16_t tail = uint16_t(descs_[id].chain - 1), next = descs_[id].next;
 		fn(static_cast<const UsedBuffer&>(u));
+		if (tail > 0) release_chain_tail(next, tail, fn);
 		n++;
 	}
 	return n;
+}
+
+template <class F> void SplitQueue::release_chain_tail(uint16_t id, uint16_t count, F& fn) {
+	// take_used() freed the head; the pieces after it are still in flight.
+	uint16_t k = id;
+	for (uint16_t left = count; left > 0; left--) {
+		Desc& d = descs_[k];
+		d.state = State::free;
+		d.head = true;
+		d.chain = 1;
+		free_ids_[free_count_++] = k;
+		in_flight_--;
+		stats_.harvested.add();
+		const UsedBuffer piece{d.token, 0, false};
+		k = d.next;
+		fn(piece);
+	}
 }
 
 } // namespace esptun::virtio

@@ -379,18 +379,16 @@ void run_service(const conf::Config& config, const std::string& program) {
 		    "IPv6 addresses");
 
 	// 5. The tun device (a queue per worker), its addresses and routes.
-	// Offloads only for direct I/O: vhost-net attaches to a tun without
-	// IFF_VNET_HDR (platform/vhost_net.cpp).
-	const bool offload = tc.tun_offload && !tun_io.vhost;
+	// Offloads in both I/O modes: with vhost the tun's virtio-net header
+	// passes through the rings (VhostNet::use_tun_vnet_hdr()).
+	const bool offload = tc.tun_offload;
 	const bool multi_queue = n_workers > 1;
 	platform::TunDevice& tun = workers[0]->queue;
 	tun = platform::open_tun(tc.interface, multi_queue, offload);
 	for (unsigned w = 1; w < n_workers; w++)
 		workers[w]->queue = platform::open_tun(tun.name, true, offload);
 	info.interface = tun.name;
-	info.tun_offloads = offload          ? enable_offloads(workers)
-	                    : tc.tun_offload ? "none (vhost rings)"
-	                                     : "none (tun_offload = false)";
+	info.tun_offloads = offload ? enable_offloads(workers) : "none (tun_offload = false)";
 	platform::set_link_mtu(tun.ifindex, info.mtu);
 	if (!has_v6_address(config)) platform::set_ipv6_enabled(tun.name, false);
 	for (const IpPrefix& a : tc.addresses)
@@ -409,7 +407,7 @@ void run_service(const conf::Config& config, const std::string& program) {
 				platform::VhostNet dev =
 				    w == 0 ? std::move(*tun_io.vhost) : platform::VhostNet::open();
 				wk.vhost.emplace(std::move(dev), wk.queue.fd.get(), info.mtu,
-				                 tc.direct_write_max, wk.tun_stats);
+				                 tc.direct_write_max, wk.tun_stats, offload);
 			}
 		} catch (const std::exception& e) {
 			if (tc.tun_io == conf::TunIo::vhost)

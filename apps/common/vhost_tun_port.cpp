@@ -3,10 +3,13 @@
 // Outbound: RX call eventfd edge (or a full previous batch) -> harvest up to
 //   kTunBatch used RX entries (len - 12 = packet at kHeadroom) -> the data
 //   plane encapsulates and sends -> read_done(): re-post, publish, kick only
-//   if needs_kick() says so.
+//   if needs_kick() says so. With vnet_hdr: a packet of one buffer and no GSO
+//   as before (checksum finished in place if partial); otherwise its buffers
+//   are gathered into the staging buffer (re-posted at once) and segmented.
 // Inbound: recvmmsg into pool buffers -> decapsulate -> write_batch(): an
 //   idle ring and a small batch go to the tun fd, the rest into the TX ring
-//   with one publish and at most one kick.
+//   with one publish and at most one kick. With vnet_hdr: GRO runs first, a
+//   run is one descriptor chain (or one writev()).
 #include "apps/common/vhost_tun_port.hpp"
 
 #include "platform/tun.hpp"
@@ -20,7 +23,9 @@
 namespace esptun {
 namespace {
 
+using offload::VnetHdr;
 using platform::kVirtioNetHdrLen;
+static_assert(VnetHdr::kSize == kVirtioNetHdrLen);
 
 constexpr size_t kPage = 4096;
 constexpr size_t kBufAlign = 64; // one cache line: buffers never share one
@@ -79,6 +84,13 @@ VhostTunPort::VhostTunPort(std::span<uint8_t> region, const VhostPortParams& p, 
 	for (uint32_t i = 0; i < n; i++)
 		post_rx(i);
 	rx_.publish();
+	if (p_.vnet_hdr) {
+		stage_.resize(kStageBytes);
+		seg_mem_.resize(kTunBatch * p_.buf_size);
+		for (size_t i = 0; i < kTunBatch; i++)
+			seg_out_[i] = std::span<uint8_t>(seg_mem_).subspan(
+			    i * p_.buf_size + esp::kHeadroom, p_.buf_size - esp::kHeadroom - esp::kTailroom);
+	}
 }
 
 platform::VringAddrs VhostTunPort::vring(unsigned q) const noexcept {
@@ -119,6 +131,19 @@ size_t VhostTunPort::read_batch(std::span<TunPacket> out) noexcept {
 	const size_t max = std::min(out.size(), kTunBatch);
 	size_t n = 0;
 	held_n_ = 0;
+	if (p_.vnet_hdr) {
+		out = out.first(max);
+		if (max > 0 && staged_) n += emit_staged(0, out);
+		// One used entry at a time: a super-packet may fill the batch, or not fit
+		// it and stay staged, after any entry.
+		while (n < max && !staged_)
+			if (rx_.harvest_used(
+			        [&](const virtio::UsedBuffer& u) noexcept { take_rx(u, out, n); }, 1) == 0)
+				break;
+		rx_batch_full_ = n == max || staged_;
+		stats_.rx_ring_packets.add(n);
+		return n;
+	}
 	const size_t taken = rx_.harvest_used(
 	    [&](const virtio::UsedBuffer& u) noexcept {
 		    const auto idx = uint32_t(u.token);
@@ -136,6 +161,104 @@ size_t VhostTunPort::read_batch(std::span<TunPacket> out) noexcept {
 	rx_batch_full_ = taken == max;
 	stats_.rx_ring_packets.add(n);
 	return n;
+}
+
+void VhostTunPort::take_rx(const virtio::UsedBuffer& u, std::span<TunPacket> out, size_t& n) noexcept {
+	const auto idx = uint32_t(u.token);
+	// Where post_rx() told the device to write: the header, then the packet.
+	uint8_t* at = buffer(idx).data() + esp::kHeadroom - kVirtioNetHdrLen;
+	auto gathered = [&]() noexcept {
+		if (asm_overflow_) {
+			stats_.offload_errors.add();
+			return;
+		}
+		staged_ = true;
+		n += emit_staged(n, out);
+	};
+	if (asm_left_ > 0) {
+		// A later buffer of a mergeable packet: data from its start, no header.
+		if (!u.bad_len && !asm_overflow_ && u.len <= stage_.size() - stage_len_) {
+			std::memcpy(stage_.data() + stage_len_, at, u.len);
+			stage_len_ += u.len;
+		} else {
+			asm_overflow_ = true;
+		}
+		post_rx(idx);
+		if (--asm_left_ == 0) gathered();
+		return;
+	}
+	if (u.bad_len || u.len < kVirtioNetHdrLen) {
+		if (!u.bad_len) short_used_++;
+		post_rx(idx);
+		return;
+	}
+	const VnetHdr h = *VnetHdr::parse({at, kVirtioNetHdrLen});
+	const std::span<uint8_t> pkt{at + kVirtioNetHdrLen, u.len - kVirtioNetHdrLen};
+	// vhost writes num_buffers = the used entries of this packet (handle_rx()):
+	// at least 1, and never more than the ring holds.
+	if (h.num_buffers == 0 || h.num_buffers > rx_.size()) {
+		bad_rx_hdr_++;
+		post_rx(idx);
+		return;
+	}
+	if (h.num_buffers == 1 && h.gso_type == VnetHdr::kGsoNone) {
+		// The common case stays zero-copy.
+		if (offload::finish_checksum(h, pkt) != offload::Error::none) {
+			stats_.offload_errors.add();
+			post_rx(idx);
+			return;
+		}
+		out[n++] = {buffer(idx), pkt.size()};
+		held_[held_n_++] = idx;
+		return;
+	}
+	// u.len <= the posted length < kStageBytes
+	std::memcpy(stage_.data(), at, u.len);
+	stage_len_ = u.len;
+	asm_overflow_ = false;
+	post_rx(idx);
+	asm_left_ = h.num_buffers - 1u;
+	if (asm_left_ == 0) gathered();
+}
+
+size_t VhostTunPort::emit_staged(size_t at, std::span<TunPacket> out) noexcept {
+	const std::span<uint8_t> pkt =
+	    std::span<uint8_t>(stage_).subspan(VnetHdr::kSize, stage_len_ - VnetHdr::kSize);
+	const VnetHdr h = *VnetHdr::parse(stage_);
+	const size_t room = out.size() - at;
+	offload::SegmentResult r{offload::Error::malformed, 0};
+	if (h.gso_type == VnetHdr::kGsoNone) {
+		// Longer than one buffer but no GSO: only if the MTU grew after start-up.
+		r.error = offload::finish_checksum(h, pkt);
+		if (r.error == offload::Error::none) {
+			if (pkt.size() <= seg_out_[at].size()) {
+				std::memcpy(seg_out_[at].data(), pkt.data(), pkt.size());
+				seg_len_[at] = pkt.size();
+				r.count = 1;
+			} else {
+				r.error = offload::Error::buffer_too_small;
+			}
+		}
+	} else {
+		r = offload::segment(h, pkt, std::span(seg_out_).subspan(at, room),
+		                     std::span(seg_len_).subspan(at, room));
+		// Fits in a batch of its own: wait for the next one.
+		if (r.error == offload::Error::too_many_segments && at > 0) return 0;
+		if (r.ok()) {
+			stats_.gso_reads.add();
+			stats_.gso_segments.add(r.count);
+		}
+	}
+	staged_ = false;
+	if (!r.ok()) {
+		stats_.offload_errors.add();
+		return 0;
+	}
+	for (size_t i = 0; i < r.count; i++) {
+		const size_t k = at + i;
+		out[k] = {std::span<uint8_t>(seg_mem_).subspan(k * p_.buf_size, p_.buf_size), seg_len_[k]};
+	}
+	return r.count;
 }
 
 void VhostTunPort::read_done() noexcept {
@@ -184,42 +307,150 @@ bool VhostTunPort::to_ring(const TunWrite& w) noexcept {
 	return true;
 }
 
-size_t VhostTunPort::write_batch(std::span<const TunWrite> pkts) noexcept {
-	if (pkts.empty()) return 0;
-	size_t failed = 0;
-	auto write_direct = [&](const TunWrite& w) noexcept {
-		stats_.direct_writes.add();
-		stats_.tun_writes.add();
-		if (!platform::tun_write(p_.tun_fd, w.inner).ok()) failed++;
-	};
-	// The latency trick: an idle ring would need a kick (and a wake-up of the
-	// vhost worker) for these few packets; write() costs less and cannot
-	// overtake ring packets, as the device has taken every one of them.
-	if (pkts.size() <= p_.direct_write_max && tx_.ring_idle()) {
-		for (const TunWrite& w : pkts)
-			write_direct(w);
-		return failed;
+void VhostTunPort::write_direct(const TunWrite& w, size_t& failed) noexcept {
+	stats_.direct_writes.add();
+	stats_.tun_writes.add();
+	std::span<const uint8_t> bytes = w.inner;
+	if (p_.vnet_hdr) {
+		// A zero header in front, in place (a TunWrite has 12 bytes of its
+		// buffer before it): one contiguous write().
+		uint8_t* hdr = w.inner.data() - kVirtioNetHdrLen;
+		std::memset(hdr, 0, kVirtioNetHdrLen);
+		bytes = {hdr, kVirtioNetHdrLen + w.inner.size()};
 	}
-	for (const TunWrite& w : pkts)
-		if (!to_ring(w)) write_direct(w);
+	if (!platform::tun_write(p_.tun_fd, bytes).ok()) failed++;
+}
+
+void VhostTunPort::kick_tx() noexcept {
 	const virtio::Published pub = tx_.publish();
 	if (tx_.needs_kick(pub.old_idx, pub.new_idx)) {
 		platform::eventfd_signal(p_.tx_kick);
 		stats_.tx_kicks.add();
 	}
+}
+
+size_t VhostTunPort::write_batch(std::span<const TunWrite> pkts) noexcept {
+	if (pkts.empty()) return 0;
+	if (p_.vnet_hdr) return write_batch_vnet(pkts);
+	size_t failed = 0;
+	// The latency trick: an idle ring would need a kick (and a wake-up of the
+	// vhost worker) for these few packets; write() costs less and cannot
+	// overtake ring packets, as the device has taken every one of them.
+	if (pkts.size() <= p_.direct_write_max && tx_.ring_idle()) {
+		for (const TunWrite& w : pkts)
+			write_direct(w, failed);
+		return failed;
+	}
+	for (const TunWrite& w : pkts)
+		if (!to_ring(w)) write_direct(w, failed);
+	kick_tx();
+	sync_device_errors();
+	return failed;
+}
+
+bool VhostTunPort::run_to_ring(const offload::GroRun& run, std::span<const TunWrite> pkts) noexcept {
+	// Every piece must lie in its own slot's buffer (the buffer goes to the
+	// ring and the slot takes a free one), the head 12 bytes in.
+	uint64_t seen = 0;
+	static_assert(kTunBatch <= 64);
+	for (size_t i = 0; i < run.count; i++) {
+		const TunWrite& w = pkts[run.first + i];
+		if (w.slot >= kTunBatch || (seen >> w.slot & 1) != 0) return false;
+		seen |= uint64_t(1) << w.slot;
+		const std::span<uint8_t> buf = recv_slots_[w.slot].buf;
+		if (w.inner.data() < buf.data() + kVirtioNetHdrLen ||
+		    w.inner.data() + w.inner.size() > buf.data() + buf.size())
+			return false;
+	}
+	if (free_n_ < run.count) reclaim_tx();
+	if (free_n_ < run.count || tx_.free_count() < run.count) {
+		stats_.ring_full.add(run.count);
+		return false;
+	}
+	const TunWrite& head = pkts[run.first];
+	chain_[0] = {device_addr(head.inner.data() - kVirtioNetHdrLen),
+	             uint32_t(kVirtioNetHdrLen + head.inner.size()), slot_buf_[head.slot]};
+	for (size_t i = 1; i < run.count; i++) {
+		const TunWrite& w = pkts[run.first + i];
+		const std::span<const uint8_t> p = offload::gro_payload(run, w.inner);
+		chain_[i] = {device_addr(p.data()), uint32_t(p.size()), slot_buf_[w.slot]};
+	}
+	if (!tx_.add_chain(std::span(chain_).first(run.count))) {
+		stats_.ring_full.add(run.count); // not expected: checked above
+		return false;
+	}
+	for (size_t i = 0; i < run.count; i++) {
+		const size_t slot = pkts[run.first + i].slot;
+		slot_buf_[slot] = free_[--free_n_];
+		recv_slots_[slot].buf = buffer(slot_buf_[slot]);
+	}
+	stats_.tx_ring_packets.add(run.count);
+	return true;
+}
+
+void VhostTunPort::write_run_direct(const offload::GroRun& run, std::span<const TunWrite> pkts,
+                                    size_t& failed) noexcept {
+	const TunWrite& head = pkts[run.first];
+	iov_[0] = {head.inner.data() - kVirtioNetHdrLen, kVirtioNetHdrLen + head.inner.size()};
+	for (size_t i = 1; i < run.count; i++) {
+		const std::span<const uint8_t> p = offload::gro_payload(run, pkts[run.first + i].inner);
+		iov_[i] = {const_cast<uint8_t*>(p.data()), p.size()}; // writev() only reads
+	}
+	stats_.direct_writes.add(run.count);
+	stats_.tun_writes.add();
+	if (!platform::tun_writev(p_.tun_fd, std::span(iov_).first(run.count)).ok()) failed += run.count;
+}
+
+size_t VhostTunPort::write_batch_vnet(std::span<const TunWrite> pkts) noexcept {
+	size_t failed = 0;
+	// As in write_batch(): decided once, before anything is queued.
+	const bool direct = pkts.size() <= p_.direct_write_max && tx_.ring_idle();
+	for (size_t done = 0; done < pkts.size();) {
+		const std::span<const TunWrite> chunk =
+		    pkts.subspan(done, std::min(pkts.size() - done, kTunBatch));
+		for (size_t i = 0; i < chunk.size(); i++)
+			gro_pkts_[i] = chunk[i].inner;
+		const size_t runs = offload::plan_gro(std::span(gro_pkts_).first(chunk.size()), gro_runs_);
+		size_t planned = 0;
+		for (size_t r = 0; r < runs; r++) {
+			const offload::GroRun& run = gro_runs_[r];
+			planned += run.count;
+			if (run.count > 1 && offload::patch_gro_head(run, gro_pkts_[run.first])) {
+				// The run's header in place in front of its first packet.
+				uint8_t* hdr = chunk[run.first].inner.data() - kVirtioNetHdrLen;
+				(void)run.hdr.write({hdr, kVirtioNetHdrLen});
+				stats_.gro_writes.add();
+				stats_.gro_segments.add(run.count);
+				if (direct || !run_to_ring(run, chunk)) write_run_direct(run, chunk, failed);
+				continue;
+			}
+			// Alone behind a zero header (patch_gro_head() refusing would be a
+			// planner bug: then each packet goes alone, nothing is lost).
+			for (size_t i = 0; i < run.count; i++) {
+				const TunWrite& w = chunk[run.first + i];
+				if (direct || !to_ring(w)) write_direct(w, failed);
+			}
+		}
+		// plan_gro() fills at most as many runs as packets, so every packet is planned.
+		done += std::max<size_t>(planned, 1);
+	}
+	if (!direct) kick_tx();
 	sync_device_errors();
 	return failed;
 }
 
 void VhostTunPort::sync_device_errors() noexcept {
-	stats_.device_errors.set(short_used_ + rx_.stats().corrupt_total() + tx_.stats().corrupt_total());
+	stats_.device_errors.set(short_used_ + bad_rx_hdr_ + rx_.stats().corrupt_total() +
+	                         tx_.stats().corrupt_total());
 }
 
 // --- VhostTun: set-up in the order of platform/vhost_net.hpp ---
 
 VhostTun::VhostTun(platform::VhostNet dev, int tun_fd, unsigned mtu, unsigned direct_write_max,
-                   TunIoStats& stats)
+                   TunIoStats& stats, bool vnet_hdr)
     : dev_(std::move(dev)) {
+	// The tun reads and writes the virtio-net header itself: vhost must pass it through.
+	if (vnet_hdr) dev_.use_tun_vnet_hdr();
 	// Anything but INT_MAX keeps vhost off its XDP TX path (vhost_net.hpp).
 	// Not small: direct writes on the non-blocking fd share this budget with
 	// ring packets and would fail with EAGAIN when it runs out.
@@ -229,6 +460,7 @@ VhostTun::VhostTun(platform::VhostNet dev, int tun_fd, unsigned mtu, unsigned di
 	p.buf_size = VhostTunPort::buffer_size(mtu);
 	p.direct_write_max = direct_write_max;
 	p.tun_fd = tun_fd;
+	p.vnet_hdr = vnet_hdr;
 	p.rx_kick = dev_.kick_fd(platform::kVhostRxQueue);
 	p.rx_call = dev_.call_fd(platform::kVhostRxQueue);
 	p.tx_kick = dev_.kick_fd(platform::kVhostTxQueue);

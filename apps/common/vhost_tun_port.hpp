@@ -22,14 +22,48 @@
 // direct_write_max packets, write() them to the tun fd: one system call per
 // packet instead of a kick plus a wake-up of the vhost worker. A packet that
 // finds no free buffer (the ring holds them all) is written directly too.
+//
+// tun offloads (vnet_hdr = true: the tun has IFF_VNET_HDR, TUNSETVNETHDRSZ 12
+// and TUNSETOFFLOAD; vhost-net passes its virtio_net_hdr through, see
+// VhostNet::use_tun_vnet_hdr()):
+//   - RX: mergeable buffers (VIRTIO_NET_F_MRG_RXBUF). The RX buffers stay
+//     MTU-sized; vhost spreads a TCP/UDP super-packet of up to 64 KiB over as
+//     many of them as it needs and puts their count in the first one's
+//     num_buffers. Chosen over 64 KiB RX buffers (256 of them would be 16 MiB
+//     per worker, and every small packet would pin one) and over descriptor
+//     chains per RX buffer (the same memory, posted in pieces): the pool stays
+//     as it was, a plain packet stays zero-copy in one buffer, and only a
+//     super-packet pays one copy into a 64 KiB staging buffer, which
+//     tunnel/offload.hpp segment() needs contiguous anyway. segment() then
+//     cuts it into kTunBatch wire-size buffers with the same headroom and
+//     tailroom as the pool's, so encapsulate() works in place. A one-buffer
+//     packet with NEEDS_CSUM has its checksum finished in place. A
+//     super-packet with more segments than the batch has room for waits in
+//     the staging buffer for the next batch (the interface's gso_max_segs is
+//     kTunBatch, so it always fits an empty one).
+//   - TX: plan_gro() finds runs of one TCP flow; per run patch_gro_head()
+//     rewrites the first packet and the run goes to the TX ring as one
+//     descriptor chain [header + first packet][payload 2]...[payload n]
+//     (SplitQueue::add_chain(), no copy: each piece stays in its receive
+//     buffer, and each slot takes a free buffer as for a single packet), or
+//     with one writev() of the same pieces on the direct path. Other packets
+//     go alone behind a zero header, written in place in front of them.
+//   Memory per worker (MTU 1500, 256-entry rings): the pool of
+//   (2 * 256 + 64) buffers of 1600 bytes (~0.9 MiB) and the rings (~24 KiB)
+//   as without offloads, plus the staging buffer (64 KiB) and kTunBatch
+//   segment buffers (~100 KiB): about 1.1 MiB, fixed at start-up. Nothing
+//   grows: a full TX ring pushes runs and packets to direct writes, a full
+//   batch leaves a super-packet staged and the rest in the used ring.
 #pragma once
 
 #include "apps/common/tun_port.hpp"
 #include "platform/vhost_net.hpp"
+#include "tunnel/offload.hpp"
 #include "virtio/split_queue.hpp"
 
 #include <array>
 #include <memory>
+#include <sys/uio.h>
 #include <vector>
 
 namespace esptun {
@@ -42,6 +76,10 @@ struct VhostPortParams {
 	int tun_fd = -1;                ///< for direct writes
 	int rx_kick = -1, rx_call = -1; ///< RX ring eventfds
 	int tx_kick = -1;               ///< TX ring kick eventfd (its call eventfd is never waited on)
+	/// The tun has IFF_VNET_HDR (header size 12) and vhost passes its header
+	/// through with mergeable RX buffers: offloads both ways. false: vhost adds
+	/// and strips a zero header (VHOST_NET_F_VIRTIO_NET_HDR).
+	bool vnet_hdr = false;
 };
 
 class VhostTunPort final : public TunPort {
@@ -79,14 +117,31 @@ public:
 	const virtio::SplitQueue& tx_queue() const noexcept { return tx_; }
 	/// Inbound buffers neither in a receive slot nor in the TX ring.
 	size_t free_buffers() const noexcept { return free_n_; }
+	/// A super-packet waits in the staging buffer for the next batch.
+	bool staged() const noexcept { return staged_; }
+
+	/// Bytes of the staging buffer: a header and the largest super-packet.
+	static constexpr size_t kStageBytes = platform::kVirtioNetHdrLen + 65536 + 64;
 
 private:
 	std::span<uint8_t> buffer(uint32_t idx) const noexcept {
 		return {pool_ + size_t(idx) * p_.buf_size, p_.buf_size};
 	}
 	void post_rx(uint32_t idx) noexcept;
+	/// One used RX entry (vnet_hdr mode): zero-copy, or into the staging buffer.
+	void take_rx(const virtio::UsedBuffer& u, std::span<TunPacket> out, size_t& n) noexcept;
+	/// Cuts the staged packet into out[at..]. Return: packets produced; 0 with
+	/// staged_ still set when they do not fit after @at.
+	size_t emit_staged(size_t at, std::span<TunPacket> out) noexcept;
 	void reclaim_tx() noexcept;
 	bool to_ring(const TunWrite& w) noexcept;
+	/// A patched GRO run of @pkts as one descriptor chain; false: no room or a bad layout.
+	bool run_to_ring(const offload::GroRun& run, std::span<const TunWrite> pkts) noexcept;
+	void write_direct(const TunWrite& w, size_t& failed) noexcept;
+	void write_run_direct(const offload::GroRun& run, std::span<const TunWrite> pkts,
+	                      size_t& failed) noexcept;
+	size_t write_batch_vnet(std::span<const TunWrite> pkts) noexcept;
+	void kick_tx() noexcept;
 	void sync_device_errors() noexcept;
 
 	VhostPortParams p_;
@@ -101,6 +156,20 @@ private:
 	size_t held_n_ = 0;
 	bool rx_batch_full_ = false; ///< the last read_batch() stopped at its limit: more may wait
 	uint64_t short_used_ = 0;    ///< RX used entries shorter than the virtio-net header
+	uint64_t bad_rx_hdr_ = 0;    ///< RX headers with an impossible num_buffers
+	// vnet_hdr mode only (empty otherwise); preallocated, the data path never allocates.
+	std::vector<uint8_t> stage_;   ///< header + one packet gathered from mergeable buffers
+	size_t stage_len_ = 0;         ///< bytes in stage_
+	uint32_t asm_left_ = 0;        ///< buffers of the packet being gathered still to come
+	bool asm_overflow_ = false;    ///< it does not fit stage_: drop it when complete
+	bool staged_ = false;          ///< stage_ holds a complete packet not yet emitted
+	std::vector<uint8_t> seg_mem_; ///< kTunBatch segment buffers of buf_size bytes
+	std::array<std::span<uint8_t>, kTunBatch> seg_out_{};
+	std::array<size_t, kTunBatch> seg_len_{};
+	std::array<std::span<uint8_t>, kTunBatch> gro_pkts_{};
+	std::array<offload::GroRun, kTunBatch> gro_runs_{};
+	std::array<virtio::SplitQueue::ChainPart, kTunBatch> chain_{};
+	std::array<iovec, kTunBatch> iov_{};
 };
 
 /**
@@ -116,10 +185,11 @@ public:
 	 * @tun_fd:           the tun (IFF_TUN|IFF_NO_PI), not owned
 	 * @mtu:              its MTU: sizes the buffers
 	 * @direct_write_max: see VhostPortParams
+	 * @vnet_hdr:         the tun was opened with IFF_VNET_HDR (offloads): see VhostPortParams
 	 * Throws SystemError (an ioctl failed) or std::invalid_argument.
 	 */
 	VhostTun(platform::VhostNet dev, int tun_fd, unsigned mtu, unsigned direct_write_max,
-	         TunIoStats& stats);
+	         TunIoStats& stats, bool vnet_hdr = false);
 
 	VhostTunPort& port() noexcept { return *port_; }
 

@@ -1,0 +1,413 @@
+// VhostTunPort with tun offloads (VhostPortParams::vnet_hdr): the device model
+// plays vhost-net passing the tun's virtio-net header through, with mergeable
+// RX buffers (VIRTIO_NET_F_MRG_RXBUF: a packet spread over num_buffers
+// buffers) and descriptor chains on TX. Super-packets from the RX ring must
+// come out as the wire packets the kernel would have made (checked with the
+// offload tests' independent builder), runs of TCP segments must reach the
+// TX ring as one chain with a correct GSO header, and a full ring must push
+// back to direct writes. The "tun" for direct writes is a SOCK_SEQPACKET pair.
+#include "apps/common/vhost_tun_port.hpp"
+
+#include "platform/vhost_net.hpp"
+#include "tests/unit/tunnel/offload_test_util.hpp"
+#include "tests/unit/virtio/device_model.hpp"
+#include "tunnel/esp_wire.hpp"
+
+#include <cstring>
+#include <doctest/doctest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <vector>
+
+using namespace esptun;
+using esptun::virtio::test::DeviceModel;
+using offload::VnetHdr;
+using offload::test::Bytes;
+using offload::test::Pkt;
+using platform::kVirtioNetHdrLen;
+
+namespace {
+
+constexpr uint32_t kQ = 64; // a 64 KiB super-packet takes ~43 MTU buffers
+
+struct Bed {
+	platform::UniqueFd tun_port_end, tun_test_end;
+	platform::UniqueFd rx_kick = platform::make_eventfd(), rx_call = platform::make_eventfd(),
+	                   tx_kick = platform::make_eventfd();
+	TunIoStats stats;
+	VhostPortParams params;
+	platform::MappedRegion region;
+	std::unique_ptr<VhostTunPort> port;
+	std::unique_ptr<DeviceModel> rx_dev, tx_dev;
+
+	explicit Bed(unsigned direct_write_max, uint32_t q = kQ) {
+		int sv[2];
+		REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
+		tun_port_end.reset(sv[0]);
+		tun_test_end.reset(sv[1]);
+		// Room for a merged 64 KiB write on the socket pair.
+		int big = 1 << 20;
+		REQUIRE(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big) == 0);
+		params.queue_size = q;
+		params.buf_size = VhostTunPort::buffer_size(1500);
+		params.direct_write_max = direct_write_max;
+		params.tun_fd = tun_port_end.get();
+		params.rx_kick = rx_kick.get();
+		params.rx_call = rx_call.get();
+		params.tx_kick = tx_kick.get();
+		params.vnet_hdr = true;
+		region = platform::MappedRegion(VhostTunPort::region_bytes(q, params.buf_size));
+		port = std::make_unique<VhostTunPort>(region.span(), params, stats);
+		rx_dev = std::make_unique<DeviceModel>(ring_base(platform::kVhostRxQueue),
+		                                       port->rx_queue().layout());
+		tx_dev = std::make_unique<DeviceModel>(ring_base(platform::kVhostTxQueue),
+		                                       port->tx_queue().layout());
+		port->start();
+	}
+
+	uint8_t* ring_base(unsigned q) const {
+		return static_cast<uint8_t*>(const_cast<void*>(port->vring(q).desc));
+	}
+
+	/// vhost's handle_rx() with MRG_RXBUF: [@h][@pkt] over as many RX buffers
+	/// as it takes, num_buffers patched into the first header, one used entry
+	/// per buffer (the last one trimmed), published together.
+	size_t device_rx(VnetHdr h, const Bytes& pkt) {
+		Bytes all(kVirtioNetHdrLen);
+		all.insert(all.end(), pkt.begin(), pkt.end());
+		std::vector<std::pair<virtio::test::DeviceDesc, uint32_t>> used;
+		for (size_t off = 0; off < all.size();) {
+			auto d = rx_dev->take_avail();
+			REQUIRE(d);
+			REQUIRE((d->flags & virtio::kDescFWrite) != 0);
+			const auto n = uint32_t(std::min<size_t>(d->len, all.size() - off));
+			std::memcpy(reinterpret_cast<uint8_t*>(uintptr_t(d->addr)), all.data() + off, n);
+			used.emplace_back(*d, n);
+			off += n;
+		}
+		h.num_buffers = uint16_t(used.size());
+		REQUIRE(
+		    h.write({reinterpret_cast<uint8_t*>(uintptr_t(used[0].first.addr)), kVirtioNetHdrLen}));
+		for (const auto& [d, n] : used)
+			rx_dev->push_used(d.id, n);
+		(void)rx_dev->flush_used();
+		return used.size();
+	}
+
+	/// One descriptor of the TX table, read as the device would.
+	virtio::test::DeviceDesc tx_desc(uint16_t id) const {
+		const uint8_t* p = ring_base(platform::kVhostTxQueue) + size_t(id) * virtio::kDescSize;
+		virtio::test::DeviceDesc d;
+		d.id = id;
+		std::memcpy(&d.addr, p + virtio::kDescAddrOff, 8);
+		std::memcpy(&d.len, p + virtio::kDescLenOff, 4);
+		std::memcpy(&d.flags, p + virtio::kDescFlagsOff, 2);
+		return d;
+	}
+
+	struct TxBuf {
+		VnetHdr hdr;
+		Bytes pkt;
+		size_t descs = 0;
+	};
+	/// The device takes the next TX buffer, following its chain: header and packet.
+	TxBuf device_tx() {
+		auto head = tx_dev->take_avail();
+		REQUIRE(head);
+		Bytes all;
+		size_t descs = 0;
+		for (virtio::test::DeviceDesc d = *head;; descs++) {
+			CHECK((d.flags & virtio::kDescFWrite) == 0);
+			REQUIRE(descs < kQ);
+			const auto* at = reinterpret_cast<const uint8_t*>(uintptr_t(d.addr));
+			all.insert(all.end(), at, at + d.len);
+			if ((d.flags & virtio::kDescFNext) == 0) break;
+			uint16_t next = 0;
+			std::memcpy(&next,
+			            ring_base(platform::kVhostTxQueue) + size_t(d.id) * virtio::kDescSize +
+			                virtio::kDescNextOff,
+			            2);
+			d = tx_desc(next);
+		}
+		tx_dev->push_used(head->id, 0);
+		REQUIRE(all.size() >= kVirtioNetHdrLen);
+		return {*VnetHdr::parse(all), Bytes(all.begin() + kVirtioNetHdrLen, all.end()), descs + 1};
+	}
+
+	/// @pkt in receive slot @slot as decapsulate() leaves it.
+	TunWrite inbound(size_t slot, const Bytes& pkt) {
+		std::span<uint8_t> buf = port->recv_slots()[slot].buf;
+		std::memset(buf.data(), 0xee, esp::kHeadroom);
+		std::memcpy(buf.data() + esp::kHeadroom, pkt.data(), pkt.size());
+		return {slot, buf.subspan(esp::kHeadroom, pkt.size())};
+	}
+
+	/// What the port wrote to the tun fd: [header][packet] per write.
+	std::vector<Bytes> tun_written() {
+		std::vector<Bytes> out;
+		Bytes b(70000);
+		for (ssize_t n; (n = read(tun_test_end.get(), b.data(), b.size())) >= 0;)
+			out.emplace_back(b.begin(), b.begin() + n);
+		return out;
+	}
+};
+
+Pkt tcp4(size_t payload, uint32_t seed, uint16_t sport = 40000) {
+	Pkt p;
+	p.sport = sport;
+	p.payload = offload::test::pattern(payload, seed);
+	return p;
+}
+
+Bytes out_bytes(const TunPacket& t) {
+	return Bytes(t.buf.begin() + esp::kHeadroom, t.buf.begin() + long(esp::kHeadroom + t.len));
+}
+
+/// The segments of a TCP super-packet @p cut at @mss, as wire packets.
+std::vector<Bytes> wire(const Pkt& p, uint16_t mss) { return offload::test::ref_segments(p, mss); }
+
+/// segment() on what the device took: the packets it stands for.
+std::vector<Bytes> resegment(const Bed::TxBuf& t) {
+	offload::test::OutBufs o(kTunBatch, 2048);
+	const auto r = offload::segment(t.hdr, t.pkt, o.spans, o.lens);
+	REQUIRE(r.ok());
+	std::vector<Bytes> segs;
+	for (size_t i = 0; i < r.count; i++)
+		segs.push_back(o.seg(i));
+	return segs;
+}
+
+} // namespace
+
+TEST_CASE("vhost offloads RX: a TCP super-packet over mergeable buffers comes out as the kernel's "
+          "wire packets, each with room for encapsulate()") {
+	for (const bool v6 : {false, true}) {
+		CAPTURE(v6);
+		Bed bed(4);
+		Pkt p = tcp4(44 * 1448 + 700, 7); // 45 segments, the last one short: ~64 KiB
+		p.v6 = v6;
+		p.flags = offload::test::ACK | offload::test::PSH;
+		p.tcp_opts = offload::test::ts_option(1000, 2000);
+		const Bytes super = offload::test::build(p, offload::test::Csum::partial);
+		const uint16_t mss = uint16_t(1448 - p.tcp_opts.size());
+		const size_t bufs = bed.device_rx(offload::test::kernel_hdr(p, mss), super);
+		CHECK(bufs > 40); // really spread over many buffers
+		CHECK(!bed.port->can_sleep());
+		std::array<TunPacket, kTunBatch> out{};
+		const auto want = wire(p, mss);
+		REQUIRE(bed.port->read_batch(out) == want.size());
+		for (size_t i = 0; i < want.size(); i++) {
+			CAPTURE(i);
+			CHECK(out_bytes(out[i]) == want[i]);
+			CHECK(offload::test::l4_checksum_ok(p, out_bytes(out[i])));
+			CHECK(out[i].buf.size() >= esp::kHeadroom + out[i].len + esp::kTailroom);
+		}
+		bed.port->read_done();
+		// Gathered buffers went back at once: every RX buffer is posted again.
+		CHECK(bed.port->rx_queue().in_flight() == kQ);
+		CHECK(bed.stats.gso_reads.get() == 1);
+		CHECK(bed.stats.gso_segments.get() == want.size());
+		CHECK(bed.stats.rx_ring_packets.get() == want.size());
+		CHECK(bed.stats.offload_errors.get() == 0);
+		CHECK(bed.stats.device_errors.get() == 0);
+	}
+}
+
+TEST_CASE("vhost offloads RX: a mixed batch keeps its order; plain packets stay zero-copy and a "
+          "partial checksum is finished in place; a UDP super-packet is cut by USO") {
+	Bed bed(4);
+	Pkt plain = tcp4(100, 1);
+	Pkt partial = tcp4(900, 2, 40001);
+	Pkt gso = tcp4(10 * 1000, 3, 40002);
+	Pkt uso = tcp4(3 * 1200 + 5, 4, 40003);
+	uso.proto = 17;
+	bed.device_rx({}, offload::test::build(plain));
+	VnetHdr ph = offload::test::kernel_hdr(partial, 1448);
+	ph.gso_type = VnetHdr::kGsoNone;
+	ph.gso_size = 0;
+	bed.device_rx(ph, offload::test::build(partial, offload::test::Csum::partial));
+	bed.device_rx(offload::test::kernel_hdr(gso, 1000),
+	              offload::test::build(gso, offload::test::Csum::partial));
+	bed.device_rx(offload::test::kernel_hdr(uso, 1200),
+	              offload::test::build(uso, offload::test::Csum::partial));
+	bed.device_rx({}, offload::test::build(plain));
+
+	std::vector<Bytes> want{offload::test::build(plain), offload::test::build(partial)};
+	for (const auto& s : wire(gso, 1000))
+		want.push_back(s);
+	for (const auto& s : wire(uso, 1200))
+		want.push_back(s);
+	want.push_back(offload::test::build(plain));
+	std::array<TunPacket, kTunBatch> out{};
+	REQUIRE(bed.port->read_batch(out) == want.size());
+	for (size_t i = 0; i < want.size(); i++) {
+		CAPTURE(i);
+		CHECK(out_bytes(out[i]) == want[i]);
+	}
+	// The plain and the partial packet are the RX buffers themselves (zero-copy).
+	const uint8_t* pool_lo = bed.region.span().data();
+	const uint8_t* pool_hi = pool_lo + bed.region.span().size();
+	for (size_t i : {size_t(0), size_t(1), want.size() - 1})
+		CHECK((out[i].buf.data() >= pool_lo && out[i].buf.data() < pool_hi));
+	CHECK_FALSE((out[2].buf.data() >= pool_lo && out[2].buf.data() < pool_hi));
+	bed.port->read_done();
+	CHECK(bed.port->rx_queue().in_flight() == kQ);
+	CHECK(bed.stats.gso_reads.get() == 2);
+	CHECK(bed.stats.gso_segments.get() == 10 + 4);
+}
+
+TEST_CASE("vhost offloads RX: a super-packet that does not fit the rest of the batch waits for the "
+          "next one; a bad num_buffers is a device error") {
+	Bed bed(4);
+	for (uint8_t i = 0; i < 3; i++)
+		bed.device_rx({}, offload::test::build(tcp4(50, i)));
+	Pkt gso = tcp4(10 * 1000, 9);
+	bed.device_rx(offload::test::kernel_hdr(gso, 1000),
+	              offload::test::build(gso, offload::test::Csum::partial));
+	std::array<TunPacket, 12> out{};
+	REQUIRE(bed.port->read_batch(out) == 3);
+	CHECK(bed.port->staged());
+	CHECK(!bed.port->can_sleep()); // more work waits: no re-arm
+	bed.port->read_done();
+	REQUIRE(bed.port->read_batch(out) == 10);
+	const auto want = wire(gso, 1000);
+	for (size_t i = 0; i < 10; i++)
+		CHECK(out_bytes(out[i]) == want[i]);
+	CHECK(!bed.port->staged());
+	bed.port->read_done();
+
+	// num_buffers 0: vhost never writes that.
+	auto d = bed.rx_dev->take_avail();
+	REQUIRE(d);
+	std::memset(reinterpret_cast<uint8_t*>(uintptr_t(d->addr)), 0, 64);
+	bed.rx_dev->push_used(d->id, 60);
+	(void)bed.rx_dev->flush_used();
+	CHECK(bed.port->read_batch(out) == 0);
+	bed.port->read_done();
+	CHECK(bed.stats.device_errors.get() == 1);
+	CHECK(bed.port->rx_queue().in_flight() == kQ);
+	CHECK(bed.port->can_sleep());
+}
+
+TEST_CASE("vhost offloads TX: a run of TCP segments goes to the ring as one descriptor chain with "
+          "a GSO header; other packets behind a zero header") {
+	Bed bed(0);
+	Pkt a = tcp4(5 * 1000, 11);
+	Pkt b = tcp4(2 * 1000, 12, 40001);
+	Pkt udp = tcp4(300, 13, 40002);
+	udp.proto = 17;
+	const auto sa = wire(a, 1000), sb = wire(b, 1000);
+	std::vector<Bytes> batch(sa.begin(), sa.end());
+	batch.push_back(offload::test::build(udp));
+	batch.insert(batch.end(), sb.begin(), sb.end());
+	std::vector<TunWrite> ws;
+	for (size_t i = 0; i < batch.size(); i++)
+		ws.push_back(bed.inbound(i, batch[i]));
+	CHECK(bed.port->write_batch(ws) == 0);
+	CHECK(bed.tun_written().empty());
+	CHECK(bed.stats.tx_kicks.get() == 1);
+	CHECK(bed.stats.gro_writes.get() == 2);
+	CHECK(bed.stats.gro_segments.get() == 7);
+	CHECK(bed.stats.tx_ring_packets.get() == 8);
+	CHECK(bed.port->free_buffers() == kQ - 8);
+	CHECK(bed.tx_dev->avail_pending() == 3);
+
+	const Bed::TxBuf ra = bed.device_tx();
+	CHECK(ra.descs == 5);
+	CHECK(ra.hdr.gso_type == VnetHdr::kGsoTcpV4);
+	CHECK(ra.hdr.gso_size == 1000);
+	CHECK(ra.hdr.flags == VnetHdr::kNeedsCsum);
+	CHECK(ra.hdr.csum_start == 20);
+	CHECK(ra.hdr.csum_offset == 16);
+	CHECK(ra.pkt.size() == 40 + 5 * 1000);
+	CHECK(resegment(ra) == sa);
+	const Bed::TxBuf ru = bed.device_tx();
+	CHECK(ru.descs == 1);
+	CHECK(ru.hdr == VnetHdr{});
+	CHECK(ru.pkt == batch[5]);
+	const Bed::TxBuf rb = bed.device_tx();
+	CHECK(rb.descs == 2);
+	CHECK(resegment(rb) == sb);
+	(void)bed.tx_dev->flush_used();
+
+	// The chains' buffers (and descriptors) all come back when the device is
+	// done: 60 packets need the 56 free buffers and 4 of the returned ones.
+	ws.clear();
+	for (size_t i = 0; i < 60; i++)
+		ws.push_back(bed.inbound(i, batch[5]));
+	CHECK(bed.port->write_batch(ws) == 0);
+	CHECK(bed.stats.ring_full.get() == 0);
+	CHECK(bed.port->free_buffers() == kQ - 60);
+	CHECK(bed.port->tx_queue().in_flight() == 60);
+	CHECK(bed.stats.device_errors.get() == 0);
+}
+
+TEST_CASE("vhost offloads TX: a small batch on an idle ring is one writev() of the merged run, a "
+          "lone packet one write() behind a zero header") {
+	Bed bed(4);
+	Pkt a = tcp4(3 * 1000, 21);
+	const auto sa = wire(a, 1000);
+	std::vector<TunWrite> ws;
+	for (size_t i = 0; i < sa.size(); i++)
+		ws.push_back(bed.inbound(i, sa[i]));
+	CHECK(bed.port->write_batch(ws) == 0);
+	auto got = bed.tun_written();
+	REQUIRE(got.size() == 1);
+	Bed::TxBuf t{*VnetHdr::parse(got[0]), Bytes(got[0].begin() + kVirtioNetHdrLen, got[0].end()), 1};
+	CHECK(t.hdr.gso_type == VnetHdr::kGsoTcpV4);
+	CHECK(resegment(t) == sa);
+	CHECK(bed.stats.tun_writes.get() == 1);
+	CHECK(bed.stats.direct_writes.get() == 3);
+	CHECK(bed.stats.tx_kicks.get() == 0);
+
+	const Bytes lone = offload::test::build(tcp4(77, 22));
+	TunWrite w = bed.inbound(5, lone);
+	CHECK(bed.port->write_batch({&w, 1}) == 0);
+	got = bed.tun_written();
+	REQUIRE(got.size() == 1);
+	CHECK(Bytes(got[0].begin(), got[0].begin() + kVirtioNetHdrLen) == Bytes(kVirtioNetHdrLen, 0));
+	CHECK(Bytes(got[0].begin() + kVirtioNetHdrLen, got[0].end()) == lone);
+	CHECK(bed.stats.tun_writes.get() == 2);
+}
+
+TEST_CASE("vhost offloads TX: a run that finds the ring full is written directly, merged, and the "
+          "ring takes runs again once the device returns buffers") {
+	constexpr uint32_t q = 8;
+	Bed bed(0, q);
+	std::vector<TunWrite> ws;
+	for (size_t i = 0; i < q; i++)
+		ws.push_back(bed.inbound(i, offload::test::build(tcp4(60, uint32_t(i), uint16_t(1000 + i)))));
+	CHECK(bed.port->write_batch(ws) == 0);
+	CHECK(bed.port->free_buffers() == 0);
+
+	Pkt a = tcp4(4 * 1000, 31);
+	const auto sa = wire(a, 1000);
+	ws.clear();
+	for (size_t i = 0; i < sa.size(); i++)
+		ws.push_back(bed.inbound(i, sa[i]));
+	CHECK(bed.port->write_batch(ws) == 0);
+	CHECK(bed.stats.ring_full.get() == 4);
+	auto got = bed.tun_written();
+	REQUIRE(got.size() == 1); // one writev() for the whole run
+	Bed::TxBuf t{*VnetHdr::parse(got[0]), Bytes(got[0].begin() + kVirtioNetHdrLen, got[0].end()), 1};
+	CHECK(resegment(t) == sa);
+
+	// Three buffers back: a run of three fits, a run of four would not.
+	for (int i = 0; i < 3; i++)
+		(void)bed.device_tx();
+	(void)bed.tx_dev->flush_used();
+	Pkt b = tcp4(3 * 1000, 32, 40009);
+	const auto sb = wire(b, 1000);
+	ws.clear();
+	for (size_t i = 0; i < sb.size(); i++)
+		ws.push_back(bed.inbound(i, sb[i]));
+	CHECK(bed.port->write_batch(ws) == 0);
+	CHECK(bed.tun_written().empty());
+	CHECK(bed.stats.ring_full.get() == 4);
+	CHECK(bed.port->free_buffers() == 0);
+	for (int i = 0; i < 5; i++)
+		(void)bed.device_tx();
+	const Bed::TxBuf rb = bed.device_tx();
+	CHECK(rb.descs == 3);
+	CHECK(resegment(rb) == sb);
+}
