@@ -5,6 +5,8 @@
 // 2.7.13-2.7.14 in virtio 1.2).
 #include "virtio/split_queue.hpp"
 
+#include <algorithm>
+
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
@@ -104,6 +106,7 @@ bool SplitQueue::add_chain(std::span<const ChainPart> parts) noexcept {
 	avail_slots_[slot] = head;
 	next_avail_++;
 	stats_.added.add(n);
+	longest_chain_ = std::max(longest_chain_, uint16_t(n));
 	return true;
 }
 
@@ -220,8 +223,13 @@ bool SplitQueue::take_used(UsedBuffer& out, uint16_t& id_out) noexcept {
 }
 
 size_t SplitQueue::harvest_used(std::span<UsedBuffer> out) noexcept {
+	// A used entry hands back a whole chain at once: take one entry at a
+	// time while the longest chain ever added still fits.
 	size_t n = 0;
-	return harvest_used([&](const UsedBuffer& u) noexcept { out[n++] = u; }, out.size());
+	while (out.size() - n >= longest_chain_ &&
+	       harvest_used([&](const UsedBuffer& u) noexcept { out[n++] = u; }, 1) == 1)
+		;
+	return n;
 }
 
 bool SplitQueue::enable_call_notifications() noexcept {

@@ -175,7 +175,10 @@ public:
 	 */
 	template <std::invocable<const UsedBuffer&> F> size_t harvest_used(F&& fn, size_t max = SIZE_MAX);
 
-	/// harvest_used() into @out, at most out.size() buffers; returns how many were filled.
+	/// harvest_used() into @out, at most out.size() buffers; returns how many
+	/// were filled. Whole chains only: it stops while the longest chain this
+	/// queue ever had might not fit in the room left (so with chains, give it
+	/// room for at least one; a queue without chains fills @out).
 	size_t harvest_used(std::span<UsedBuffer> out) noexcept;
 
 	/**
@@ -242,6 +245,7 @@ private:
 	uint16_t next_avail_ = 0;              ///< next avail slot index to fill (queued ones included)
 	uint16_t published_idx_ = 0;           ///< last value stored to avail->idx
 	uint16_t last_used_ = 0;               ///< next used entry to consume
+	uint16_t longest_chain_ = 1;           ///< most pieces of any chain added (add_chain())
 	std::optional<uint16_t> bad_used_idx_; ///< corrupt used->idx already counted
 	QueueStats stats_;
 };

@@ -1,5 +1,6 @@
 // libFuzzer target: the used ring as device-written, untrusted input. The
-// input is a script of driver operations (add, publish, harvest, re-arm) and
+// input is a script of driver operations (add single buffers or
+// device-readable chains, publish, harvest, re-arm) and
 // device writes (raw used entries, used->idx, avail_event) on one split
 // virtqueue. Invariants: a token comes back only while in flight and never
 // twice, free + queued + in flight == N, lengths within the buffer, the kick
@@ -59,7 +60,7 @@ struct TokenInfo {
 struct Harness {
 	Harness(uint32_t n, uint16_t start_idx)
 	    : layout(*ring_layout(n)), mem(new (std::align_val_t(64)) uint8_t[layout.total_bytes]),
-	      q({mem, layout.total_bytes}, n, kDefaultUsedAlign, start_idx), id_token(n, UINT64_MAX) {}
+	      q({mem, layout.total_bytes}, n, kDefaultUsedAlign, start_idx), id_token(n) {}
 	~Harness() { ::operator delete[](mem, std::align_val_t(64)); }
 
 	uint8_t* used_entry(uint16_t slot) {
@@ -78,8 +79,24 @@ struct Harness {
 	bool add(uint32_t len, bool writable) {
 		if (!q.add_buffer(0x1000 + tokens.size() * 0x10000, len, writable, tokens.size()))
 			return false;
-		queued.push_back(tokens.size());
+		queued.push_back({tokens.size()});
 		tokens.push_back({len, writable, Tok::queued});
+		return true;
+	}
+
+	/// A device-readable chain of @parts pieces (vhost TX: header + first packet, payloads).
+	bool add_chain(size_t parts, Input& in) {
+		std::vector<SplitQueue::ChainPart> chain;
+		std::vector<uint64_t> group;
+		for (size_t i = 0; i < parts; i++) {
+			const uint64_t token = tokens.size() + i;
+			chain.push_back({0x1000 + token * 0x10000, in.u16(), token});
+			group.push_back(token);
+		}
+		if (!q.add_chain(chain)) return false;
+		for (const auto& c : chain)
+			tokens.push_back({c.len, false, Tok::queued});
+		queued.push_back(std::move(group));
 		return true;
 	}
 
@@ -91,13 +108,15 @@ struct Harness {
 			    ring_load<uint16_t>(q.avail_area() + kAvailRingOff +
 			                        size_t(i & (layout.queue_size - 1)) * kAvailEntrySize);
 			FUZZ_CHECK(id < layout.queue_size && !queued.empty());
-			const uint64_t token = queued.front(); // slots are filled in add order
+			std::vector<uint64_t> group = queued.front(); // slots are filled in add order
 			queued.pop_front();
-			FUZZ_CHECK(tokens[token].state == Tok::queued);
-			tokens[token].state = Tok::in_flight;
-			id_token[id] = token;
+			for (uint64_t token : group) {
+				FUZZ_CHECK(tokens[token].state == Tok::queued);
+				tokens[token].state = Tok::in_flight;
+			}
+			in_flight += uint32_t(group.size());
+			id_token[id] = std::move(group); // the head's id names the whole chain
 		}
-		in_flight += p.count();
 		return p;
 	}
 
@@ -116,7 +135,12 @@ struct Harness {
 
 	void check_counts() {
 		FUZZ_CHECK(q.free_count() <= layout.queue_size);
-		FUZZ_CHECK(q.free_count() + q.pending() + q.in_flight() == layout.queue_size);
+		// pending() counts avail slots; a chain holds several descriptors.
+		size_t queued_descs = 0;
+		for (const auto& group : queued)
+			queued_descs += group.size();
+		FUZZ_CHECK(q.pending() == queued.size());
+		FUZZ_CHECK(q.free_count() + queued_descs + q.in_flight() == layout.queue_size);
 		FUZZ_CHECK(q.in_flight() == in_flight);
 		FUZZ_CHECK(q.stats().harvested.get() == returned);
 	}
@@ -125,15 +149,16 @@ struct Harness {
 	uint8_t* mem;
 	SplitQueue q;
 	std::vector<TokenInfo> tokens;
-	std::vector<uint64_t> id_token; ///< the device's view: which token a descriptor id carries
-	std::deque<uint64_t> queued;    ///< tokens added but not yet published, oldest first
+	/// The device's view: the tokens a head descriptor id carries (one, or a chain's).
+	std::vector<std::vector<uint64_t>> id_token;
+	std::deque<std::vector<uint64_t>> queued; ///< added but not yet published, oldest first
 	uint32_t in_flight = 0;
 	uint64_t returned = 0;
 };
 
 void step(Harness& h, Input& in) {
 	const uint32_t n = h.layout.queue_size;
-	switch (in.u8() % 8) {
+	switch (in.u8() % 9) {
 	case 0: { // add up to N buffers
 		for (uint32_t i = 0, k = in.u8() % (n + 1); i < k; i++) {
 			const uint32_t len = in.u16();
@@ -184,6 +209,9 @@ void step(Harness& h, Input& in) {
 			FUZZ_CHECK(h.q.enable_call_notifications() == (h.used_idx() != h.q.last_used_idx()));
 		break;
 	}
+	case 8: // a chain of 1..4 pieces
+		h.add_chain(1 + in.u8() % 4, in);
+		break;
 	case 7: { // ring_idle() agrees with need_event for a one-entry publish
 		const uint16_t event = in.u8() & 1 ? h.q.avail_idx() : in.u16();
 		h.set_avail_event(event);
@@ -198,12 +226,16 @@ void step(Harness& h, Input& in) {
 /// A well-behaved device returns every in-flight buffer: each comes back exactly once.
 void return_all(Harness& h) {
 	uint16_t idx = h.q.last_used_idx();
-	uint32_t written = 0;
+	uint32_t written = 0, entries = 0; // buffers (chain pieces each), used entries
 	for (uint32_t id = 0; id < h.layout.queue_size; id++) {
-		const uint64_t token = h.id_token[id];
-		if (token == UINT64_MAX || h.tokens[token].state != Tok::in_flight) continue;
-		h.write_used(idx++, id, h.tokens[token].writable ? h.tokens[token].len : 0);
-		written++;
+		const std::vector<uint64_t>& group = h.id_token[id];
+		// A stale entry (the id is now a chain's later piece, or free) names
+		// tokens already returned.
+		if (group.empty() || h.tokens[group.front()].state != Tok::in_flight) continue;
+		const TokenInfo& t = h.tokens[group.front()];
+		h.write_used(idx++, id, t.writable ? t.len : 0);
+		written += uint32_t(group.size());
+		entries++;
 	}
 	h.set_used_idx(idx);
 	FUZZ_CHECK(written == h.in_flight);
@@ -211,7 +243,7 @@ void return_all(Harness& h) {
 		FUZZ_CHECK(!u.bad_len);
 		h.on_used(u);
 	});
-	FUZZ_CHECK(got == written);
+	FUZZ_CHECK(got == entries);
 	h.check_counts();
 }
 

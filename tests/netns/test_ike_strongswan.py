@@ -477,6 +477,22 @@ class EsptunDown(TestError):
     """esptun-gateway run exited before its control socket answered."""
 
 
+def start_pair(rep, A, B, path, what, error):
+    """charon first (listening and loaded before esptun may initiate), then
+    esptun; error(...) with esptun's last log line when it does not come up.
+    Returns when the two were started (time.monotonic())."""
+    t0 = time.monotonic()
+    B.charon.start()
+    try:
+        A.ep.start()
+    except TestError as e:
+        lines = netns.tail(A.ep.log, 5).strip().splitlines()
+        raise error(f"{what} -c {os.path.basename(path)} did not come up: "
+                    f"{lines[-1] if lines else str(e).splitlines()[0]}\n{e}")
+    rep.info(f"charon and {what.split()[0]} up in {time.monotonic() - t0:.2f} s")
+    return t0
+
+
 def check_esptun_accepts(rep, ctx, path):
     """`esptun-gateway check` on the first case's config, with esptun's own
     words and the config when it says no. Returns True when accepted."""
@@ -628,15 +644,7 @@ def run_case(rep, ctx, idx, case, attempt=0):
     if idx == 0:
         ctx.check_ok = check_esptun_accepts(rep, ctx, path)
     try:
-        t0 = time.monotonic()
-        B.charon.start()  # listening and loaded before esptun may initiate
-        try:
-            A.ep.start()
-        except TestError as e:
-            lines = netns.tail(A.ep.log, 5).strip().splitlines()
-            raise EsptunDown(f"esptun-gateway run -c {os.path.basename(path)} did not come up: "
-                            f"{lines[-1] if lines else str(e).splitlines()[0]}\n{e}")
-        rep.info(f"charon and esptun-gateway up in {time.monotonic() - t0:.2f} s")
+        t0 = start_pair(rep, A, B, path, "esptun-gateway run", EsptunDown)
         if case["initiator"] == "strongswan":
             ok, out = B.charon.initiate(timeout=ESTABLISH_TIMEOUT)
             rep.check(ok, f"[{tag}] swanctl --initiate --child net succeeds",
@@ -1715,15 +1723,7 @@ def run_roadwarrior_case(rep, ctx, idx, case):
                f" (exit {p.returncode}): {out.splitlines()[0] if out else '(no output)'}"),
               f"config {path}:\n{text}\nfull output:\n{out}")
     try:
-        t0 = time.monotonic()
-        B.charon.start()
-        try:
-            A.ep.start()
-        except TestError as e:
-            lines = netns.tail(A.ep.log, 5).strip().splitlines()
-            raise TestError(f"esptun-client up -c {os.path.basename(path)} did not come up: "
-                            f"{lines[-1] if lines else str(e).splitlines()[0]}\n{e}")
-        rep.info(f"charon and esptun-client up in {time.monotonic() - t0:.2f} s")
+        t0 = start_pair(rep, A, B, path, "esptun-client up", TestError)
         rw_established(rep, tag, case, A, B, t0)
         rw_routes(rep, tag, A)
         ping(rep, tag, A, RW_HOST)

@@ -127,4 +127,31 @@ TEST_CASE("SplitQueue chains: too long for the free descriptors is refused; a us
 	CHECK(tokens == std::vector<uint64_t>{3, 4});
 }
 
+TEST_CASE("SplitQueue chains: harvesting into a span takes whole chains only (found by fuzz-vring_used)") {
+	Fixture f(8);
+	REQUIRE(f.q.add_chain(
+	    std::vector<SplitQueue::ChainPart>{{0x1000, 10, 1}, {0x2000, 20, 2}, {0x3000, 30, 3}}));
+	REQUIRE(f.q.add_buffer(0x4000, 64, false, 4));
+	(void)f.q.publish();
+	for (int i = 0; i < 2; i++) {
+		auto a = f.dev.take_avail();
+		REQUIRE(a);
+		f.dev.push_used(a->id, 0);
+	}
+	(void)f.dev.flush_used();
+	// Room for two: the three-piece chain does not fit, so nothing is taken
+	// (it used to write its third piece past the end of the span).
+	std::vector<UsedBuffer> out(3);
+	CHECK(f.q.harvest_used(std::span(out).first(2)) == 0);
+	CHECK(f.q.in_flight() == 4);
+	// Room for three: the chain; then room for one is less than the longest chain.
+	CHECK(f.q.harvest_used(std::span(out)) == 3);
+	CHECK(out[0].token == 1);
+	CHECK(out[2].token == 3);
+	CHECK(f.q.harvest_used(std::span(out).first(1)) == 0);
+	CHECK(f.q.harvest_used(std::span(out)) == 1);
+	CHECK(out[0].token == 4);
+	CHECK(f.q.in_flight() == 0);
+}
+
 } // namespace esptun::virtio
