@@ -18,6 +18,21 @@ int run_command(const char* cmd, const char* usage, const std::function<int()>& 
 	}
 }
 
+unsigned long parse_number(const std::string& opt, const std::string& text, unsigned long lo,
+                           unsigned long hi) {
+	size_t used = 0;
+	unsigned long v = 0;
+	try {
+		if (!text.empty() && text[0] != '-') v = std::stoul(text, &used);
+	} catch (const std::exception&) {
+		used = 0;
+	}
+	if (used == 0 || used != text.size() || v < lo || v > hi)
+		throw UsageError(opt + " wants a whole number from " + std::to_string(lo) + " to " +
+		                 std::to_string(hi) + ", not \"" + text + "\"");
+	return v;
+}
+
 void write_json(const std::string& text, const std::string& file) {
 	if (file.empty()) {
 		std::fputs(text.c_str(), stdout);

@@ -22,6 +22,13 @@ struct UsageError : std::runtime_error {
 int run_command(const char* cmd, const char* usage, const std::function<int()>& body);
 
 /**
+ * parse_number() - the value of option @opt: a whole number from @lo to @hi
+ * Throws UsageError naming @opt and the range otherwise.
+ */
+unsigned long parse_number(const std::string& opt, const std::string& text, unsigned long lo,
+                           unsigned long hi);
+
+/**
  * write_json() - @text to stdout when @file is empty, else to @file
  * Throws std::runtime_error when @file cannot be written.
  */

@@ -12,6 +12,7 @@
 // success, failure and SIGINT/SIGTERM alike.
 #include "apps/bench/compare.hpp"
 
+#include "apps/bench/bench_cli.hpp"
 #include "apps/bench/compare_measure.hpp"
 #include "apps/bench/compare_report.hpp"
 #include "apps/bench/compare_subjects.hpp"
@@ -48,9 +49,6 @@ using namespace compare;
 
 constexpr uint16_t kRrPort = 7007;
 
-struct UsageError : std::runtime_error {
-	using std::runtime_error::runtime_error;
-};
 struct HelpRequested {};
 
 struct CompareOptions {

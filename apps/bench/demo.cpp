@@ -10,6 +10,7 @@
 // success, failure and SIGINT/SIGTERM alike.
 #include "apps/bench/demo.hpp"
 
+#include "apps/bench/bench_cli.hpp"
 #include "apps/bench/demo_config.hpp"
 #include "apps/bench/gateway_process.hpp"
 #include "apps/bench/netns.hpp"
@@ -37,10 +38,6 @@ namespace {
 constexpr uint16_t kTcpPort = 5201;
 constexpr Millis kIdleTimeout{10000};
 const std::string kTunnelA = "10.99.0.1", kTunnelB = "10.99.0.2";
-
-struct UsageError : std::runtime_error {
-	using std::runtime_error::runtime_error;
-};
 
 /// HelpRequested - `demo --help`: print the usage and exit 0.
 struct HelpRequested {};

@@ -249,21 +249,6 @@ Sample medians(const std::vector<Sample>& v) {
 	return m;
 }
 
-unsigned long parse_number(const std::string& opt, const std::string& text, unsigned long lo,
-                           unsigned long hi) {
-	size_t used = 0;
-	unsigned long v = 0;
-	try {
-		if (!text.empty() && text[0] != '-') v = std::stoul(text, &used);
-	} catch (const std::exception&) {
-		used = 0;
-	}
-	if (used == 0 || used != text.size() || v < lo || v > hi)
-		throw UsageError(opt + " wants a whole number from " + std::to_string(lo) + " to " +
-		                 std::to_string(hi) + ", not \"" + text + "\"");
-	return v;
-}
-
 Options parse_options(const std::vector<std::string>& args) {
 	Options o;
 	for (size_t i = 0; i < args.size(); i++) {

@@ -2,6 +2,7 @@
 // gateways' exact counters. See vhost_counts.hpp for the three steps.
 #include "apps/bench/vhost_counts.hpp"
 
+#include "apps/bench/bench_cli.hpp"
 #include "apps/common/control.hpp"
 #include "apps/common/json.hpp"
 
@@ -31,10 +32,6 @@ const char* const kVhostCountsUsage =
     "                        one-in-flight and bulk)\n";
 
 namespace {
-
-struct UsageError : std::runtime_error {
-	using std::runtime_error::runtime_error;
-};
 
 /// Goals from issue 3.
 constexpr double kMinDirectShare = 0.95; // one in flight: share of direct writes

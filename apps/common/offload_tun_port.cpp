@@ -31,47 +31,60 @@ OffloadTunPort::OffloadTunPort(int tun_fd, unsigned mtu, TunIoStats& stats)
 	}
 }
 
-size_t OffloadTunPort::emit_staged(size_t at, std::span<TunPacket> out) noexcept {
-	const std::span<uint8_t> pkt =
-	    std::span<uint8_t>(stage_).subspan(VnetHdr::kSize, stage_len_ - VnetHdr::kSize);
-	const auto hdr = VnetHdr::parse(stage_);
-	const size_t room = std::min(out.size(), kTunBatch) - at;
+size_t cut_staged(std::span<uint8_t> staged, std::span<const std::span<uint8_t>> seg_out,
+                  std::span<size_t> seg_len, size_t at, TunIoStats& stats, bool& keep) noexcept {
+	keep = at >= seg_out.size(); // no room left in this batch at all
+	if (keep) return 0;
+	const auto hdr = VnetHdr::parse(staged);
+	const std::span<uint8_t> pkt = hdr ? staged.subspan(VnetHdr::kSize) : std::span<uint8_t>{};
+	const size_t room = seg_out.size() - at;
 	offload::SegmentResult r{offload::Error::malformed, 0};
 	if (hdr) {
 		if (hdr->gso_type == VnetHdr::kGsoNone) {
 			// In place, then one copy into a wire buffer.
 			r.error = offload::finish_checksum(*hdr, pkt);
 			if (r.error == offload::Error::none) {
-				if (pkt.size() <= seg_out_[at].size()) {
-					std::memcpy(seg_out_[at].data(), pkt.data(), pkt.size());
-					seg_len_[at] = pkt.size();
+				if (pkt.size() <= seg_out[at].size()) {
+					std::memcpy(seg_out[at].data(), pkt.data(), pkt.size());
+					seg_len[at] = pkt.size();
 					r.count = 1;
 				} else {
 					r.error = offload::Error::buffer_too_small;
 				}
 			}
 		} else {
-			r = offload::segment(*hdr, pkt, std::span(seg_out_).subspan(at, room),
-			                     std::span(seg_len_).subspan(at, room));
+			r = offload::segment(*hdr, pkt, seg_out.subspan(at, room), seg_len.subspan(at, room));
 			// Fits in a batch of its own: wait for the next one.
-			if (r.error == offload::Error::too_many_segments && at > 0) return 0;
+			if (r.error == offload::Error::too_many_segments && at > 0) {
+				keep = true;
+				return 0;
+			}
 			if (r.ok()) {
-				stats_.gso_reads.add();
-				stats_.gso_segments.add(r.count);
+				stats.gso_reads.add();
+				stats.gso_segments.add(r.count);
 			}
 		}
 	}
-	staged_ = false;
 	if (!r.ok()) {
-		stats_.offload_errors.add();
+		stats.offload_errors.add();
 		return 0;
 	}
-	for (size_t i = 0; i < r.count; i++) {
+	return r.count;
+}
+
+size_t OffloadTunPort::emit_staged(size_t at, std::span<TunPacket> out) noexcept {
+	bool keep = false;
+	const size_t count = cut_staged({stage_.data(), stage_len_},
+	                                std::span(seg_out_).first(std::min(out.size(), kTunBatch)), seg_len_,
+	                                at, stats_, keep);
+	if (keep) return 0;
+	staged_ = false;
+	for (size_t i = 0; i < count; i++) {
 		const size_t k = at + i;
 		out[k] = {std::span<uint8_t>(out_mem_).subspan(k * seg_buf_size_, seg_buf_size_),
 		          seg_len_[k]};
 	}
-	return r.count;
+	return count;
 }
 
 size_t OffloadTunPort::read_batch(std::span<TunPacket> out) noexcept {

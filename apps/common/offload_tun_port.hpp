@@ -28,6 +28,20 @@
 
 namespace esptun {
 
+/**
+ * cut_staged() - one packet as the tun handed it over (@staged: virtio-net
+ * header, then the packet) into wire packets at @seg_out[@at...], their
+ * lengths in @seg_len: a TSO/USO super-packet cut by offload::segment(), any
+ * other copied whole with its checksum finished if the kernel left it partial
+ * @stats: gso_reads/gso_segments, or offload_errors for a packet that is
+ *         malformed or does not fit (it is dropped: return 0)
+ * @keep:  set when the packet would fit only in a batch of its own (@at > 0):
+ *         nothing is written, keep it for the next batch
+ * Shared by OffloadTunPort and VhostTunPort. Return: wire packets written.
+ */
+size_t cut_staged(std::span<uint8_t> staged, std::span<const std::span<uint8_t>> seg_out,
+                  std::span<size_t> seg_len, size_t at, TunIoStats& stats, bool& keep) noexcept;
+
 class OffloadTunPort final : public TunPort {
 public:
 	/**

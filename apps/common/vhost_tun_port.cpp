@@ -12,6 +12,7 @@
 //   run is one descriptor chain (or one writev()).
 #include "apps/common/vhost_tun_port.hpp"
 
+#include "apps/common/offload_tun_port.hpp"
 #include "platform/tun.hpp"
 #include "tunnel/esp_wire.hpp"
 
@@ -222,43 +223,16 @@ void VhostTunPort::take_rx(const virtio::UsedBuffer& u, std::span<TunPacket> out
 }
 
 size_t VhostTunPort::emit_staged(size_t at, std::span<TunPacket> out) noexcept {
-	const std::span<uint8_t> pkt =
-	    std::span<uint8_t>(stage_).subspan(VnetHdr::kSize, stage_len_ - VnetHdr::kSize);
-	const VnetHdr h = *VnetHdr::parse(stage_);
-	const size_t room = out.size() - at;
-	offload::SegmentResult r{offload::Error::malformed, 0};
-	if (h.gso_type == VnetHdr::kGsoNone) {
-		// Longer than one buffer but no GSO: only if the MTU grew after start-up.
-		r.error = offload::finish_checksum(h, pkt);
-		if (r.error == offload::Error::none) {
-			if (pkt.size() <= seg_out_[at].size()) {
-				std::memcpy(seg_out_[at].data(), pkt.data(), pkt.size());
-				seg_len_[at] = pkt.size();
-				r.count = 1;
-			} else {
-				r.error = offload::Error::buffer_too_small;
-			}
-		}
-	} else {
-		r = offload::segment(h, pkt, std::span(seg_out_).subspan(at, room),
-		                     std::span(seg_len_).subspan(at, room));
-		// Fits in a batch of its own: wait for the next one.
-		if (r.error == offload::Error::too_many_segments && at > 0) return 0;
-		if (r.ok()) {
-			stats_.gso_reads.add();
-			stats_.gso_segments.add(r.count);
-		}
-	}
+	bool keep = false;
+	const size_t count = cut_staged({stage_.data(), stage_len_}, std::span(seg_out_).first(out.size()),
+	                                seg_len_, at, stats_, keep);
+	if (keep) return 0;
 	staged_ = false;
-	if (!r.ok()) {
-		stats_.offload_errors.add();
-		return 0;
-	}
-	for (size_t i = 0; i < r.count; i++) {
+	for (size_t i = 0; i < count; i++) {
 		const size_t k = at + i;
 		out[k] = {std::span<uint8_t>(seg_mem_).subspan(k * p_.buf_size, p_.buf_size), seg_len_[k]};
 	}
-	return r.count;
+	return count;
 }
 
 void VhostTunPort::read_done() noexcept {

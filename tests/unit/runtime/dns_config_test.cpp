@@ -3,6 +3,7 @@
 // folders to search), each appending what it was called with to a file:
 // "NAME ARGS...", then the lines it read on stdin, then "--".
 #include "apps/common/dns_config.hpp"
+#include "runtime_test_util.hpp"
 
 #include "apps/common/log.hpp"
 
@@ -24,19 +25,6 @@
 using namespace esptun;
 
 namespace {
-
-struct TempDir {
-	TempDir() {
-		std::string tmpl = (std::filesystem::temp_directory_path() / "esptun-dns-XXXXXX").string();
-		REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-		path = tmpl;
-	}
-	~TempDir() {
-		std::error_code ec;
-		std::filesystem::remove_all(path, ec);
-	}
-	std::string path;
-};
 
 std::string read_file(const std::string& path) {
 	std::ifstream f(path);
@@ -104,7 +92,7 @@ size_t count_lines(const std::string& s) {
 } // namespace
 
 TEST_CASE("LinkDns: resolvconf -a with nameserver lines, -d on restore() and once only") {
-	TempDir d;
+	test::TempDir d("esptun-dns");
 	fake_tool(d.path, "resolvconf");
 	const auto servers = ips({"10.77.0.53", "2001:db8::53"});
 	{
@@ -128,7 +116,7 @@ TEST_CASE("LinkDns: resolvconf -a with nameserver lines, -d on restore() and onc
 }
 
 TEST_CASE("LinkDns: a new server list replaces the record; the destructor deletes it") {
-	TempDir d;
+	test::TempDir d("esptun-dns");
 	fake_tool(d.path, "resolvconf");
 	{
 		LinkDns dns({d.path});
@@ -142,7 +130,7 @@ TEST_CASE("LinkDns: a new server list replaces the record; the destructor delete
 }
 
 TEST_CASE("LinkDns: an empty list removes the record; another interface moves it") {
-	TempDir d;
+	test::TempDir d("esptun-dns");
 	fake_tool(d.path, "resolvconf");
 	LinkDns dns({d.path});
 	CHECK(dns.apply("esp9", ips({"10.77.0.53"})) == "resolvconf");
@@ -160,7 +148,7 @@ TEST_CASE("LinkDns: an empty list removes the record; another interface moves it
 }
 
 TEST_CASE("LinkDns: a failing resolvconf gives \"resolvconf failed\" and its words in the log") {
-	TempDir d;
+	test::TempDir d("esptun-dns");
 	fake_tool(d.path, "resolvconf", "echo 'Cannot write to /run/resolvconf/lock' >&2; exit 1");
 	LinkDns dns({d.path});
 	CaptureStderr log;
@@ -174,7 +162,7 @@ TEST_CASE("LinkDns: a failing resolvconf gives \"resolvconf failed\" and its wor
 }
 
 TEST_CASE("LinkDns: a hanging resolvconf is killed, with what it started, at the time limit") {
-	TempDir d;
+	test::TempDir d("esptun-dns");
 	// The script waits for a child of its own: killing only the shell would
 	// leave the sleep behind.
 	fake_tool(d.path, "resolvconf", "sleep 60 & echo $! >'" + d.path + "/sleep.pid'; wait");
@@ -200,7 +188,7 @@ TEST_CASE("LinkDns: a hanging resolvconf is killed, with what it started, at the
 }
 
 TEST_CASE("LinkDns: resolvectl first; revert on restore()") {
-	TempDir d;
+	test::TempDir d("esptun-dns");
 	fake_tool(d.path, "resolvectl");
 	fake_tool(d.path, "resolvconf");
 	{
@@ -212,7 +200,7 @@ TEST_CASE("LinkDns: resolvectl first; revert on restore()") {
 }
 
 TEST_CASE("LinkDns: resolvconf when resolvectl fails (systemd-resolved not running)") {
-	TempDir d;
+	test::TempDir d("esptun-dns");
 	fake_tool(d.path, "resolvectl", "exit 1");
 	fake_tool(d.path, "resolvconf");
 	{
@@ -228,7 +216,7 @@ TEST_CASE("LinkDns: resolvconf when resolvectl fails (systemd-resolved not runni
 }
 
 TEST_CASE("LinkDns: the folders are searched in order; a file that is not executable is skipped") {
-	TempDir a, b;
+	test::TempDir a("esptun-dns"), b("esptun-dns");
 	std::ofstream(a.path + "/resolvconf") << "#!/bin/sh\nexit 1\n"; // mode 0644
 	fake_tool(b.path, "resolvconf");
 	LinkDns dns({"/nonexistent", a.path, b.path});
@@ -237,7 +225,7 @@ TEST_CASE("LinkDns: the folders are searched in order; a file that is not execut
 }
 
 TEST_CASE("LinkDns: neither tool installed: not applied, said once, nothing to restore") {
-	TempDir d;
+	test::TempDir d("esptun-dns");
 	LinkDns dns({d.path, "/nonexistent"});
 	CaptureStderr log;
 	CHECK(dns.apply("esp9", ips({"10.77.0.53"})) ==
@@ -249,7 +237,7 @@ TEST_CASE("LinkDns: neither tool installed: not applied, said once, nothing to r
 }
 
 TEST_CASE("LinkDns: at most kMaxServers servers are handed on") {
-	TempDir d;
+	test::TempDir d("esptun-dns");
 	fake_tool(d.path, "resolvconf");
 	std::vector<IpAddress> many;
 	for (uint32_t i = 1; i <= 20; i++)
@@ -263,7 +251,7 @@ TEST_CASE("LinkDns: at most kMaxServers servers are handed on") {
 }
 
 TEST_CASE("LinkDns: the tool gets stdin, stdout and stderr, none of our other descriptors") {
-	TempDir d;
+	test::TempDir d("esptun-dns");
 	fake_tool(d.path, "resolvconf", "ls /proc/$$/fd >'" + d.path + "/fds'");
 	const int devnull = open("/dev/null", O_RDONLY); // not close-on-exec, as asio's sockets
 	REQUIRE(devnull >= 0);

@@ -1,11 +1,15 @@
-// Helpers the runtime tests share: a GCM peer for an SA table and a bounded
-// wait for a readable descriptor.
+// Helpers the runtime tests share: a GCM peer for an SA table, a bounded
+// wait for a readable descriptor, and a scratch folder.
 #pragma once
 
 #include "tunnel/sa.hpp"
 
 #include <cstdint>
+#include <cstdlib>
+#include <doctest/doctest.h>
+#include <filesystem>
 #include <poll.h>
+#include <string>
 #include <vector>
 
 namespace esptun::test {
@@ -29,5 +33,22 @@ inline bool wait_readable(int fd) {
 	pollfd p{fd, POLLIN, 0};
 	return poll(&p, 1, 2000) == 1;
 }
+
+/// TempDir - a fresh folder under the system's temp dir, removed with its contents.
+struct TempDir {
+	explicit TempDir(const char* tag = "esptun-test") {
+		std::string tmpl =
+		    (std::filesystem::temp_directory_path() / (std::string(tag) + "-XXXXXX")).string();
+		REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+		path = tmpl;
+	}
+	~TempDir() {
+		std::error_code ec;
+		std::filesystem::remove_all(path, ec);
+	}
+	TempDir(const TempDir&) = delete;
+	TempDir& operator=(const TempDir&) = delete;
+	std::string path;
+};
 
 } // namespace esptun::test

@@ -14,19 +14,6 @@ using namespace esptun;
 
 namespace {
 
-struct TempDir {
-	TempDir() {
-		std::string tmpl = (std::filesystem::temp_directory_path() / "esptun-seq-XXXXXX").string();
-		REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-		path = tmpl;
-	}
-	~TempDir() {
-		std::error_code ec;
-		std::filesystem::remove_all(path, ec);
-	}
-	std::string path;
-};
-
 std::vector<PeerParams> two_peers() {
 	const std::vector<uint8_t> k(20, 7);
 	auto a =
@@ -49,7 +36,7 @@ Peer& peer(SaTable& t, size_t i) { return *t.peers()[i]; }
 } // namespace
 
 TEST_CASE("a fresh state starts at 1, reserves kMargin ahead, and writes the file 0600") {
-	TempDir dir;
+	test::TempDir dir("esptun-seq");
 	SaTable table(two_peers());
 	SeqState st(dir.path + "/esp0.seq", table);
 	CHECK(st.resumed_at("site-b") == 1);
@@ -64,7 +51,7 @@ TEST_CASE("a fresh state starts at 1, reserves kMargin ahead, and writes the fil
 }
 
 TEST_CASE("refresh extends a half-used reservation; a restart resumes above it") {
-	TempDir dir;
+	test::TempDir dir("esptun-seq");
 	const std::string path = dir.path + "/esp0.seq";
 	{
 		SaTable table(two_peers());
@@ -88,7 +75,7 @@ TEST_CASE("refresh extends a half-used reservation; a restart resumes above it")
 }
 
 TEST_CASE("save_exact after a clean stop: the restart skips nothing") {
-	TempDir dir;
+	test::TempDir dir("esptun-seq");
 	const std::string path = dir.path + "/esp0.seq";
 	{
 		SaTable table(two_peers());
@@ -105,7 +92,7 @@ TEST_CASE("save_exact after a clean stop: the restart skips nothing") {
 }
 
 TEST_CASE("a 32-bit SA's reservation never passes 2^32 - 1") {
-	TempDir dir;
+	test::TempDir dir("esptun-seq");
 	const std::string path = dir.path + "/esp0.seq";
 	{
 		std::ofstream f(path);
@@ -118,7 +105,7 @@ TEST_CASE("a 32-bit SA's reservation never passes 2^32 - 1") {
 }
 
 TEST_CASE("an SA whose SPI changed starts fresh; malformed files are refused with the line") {
-	TempDir dir;
+	test::TempDir dir("esptun-seq");
 	const std::string path = dir.path + "/esp0.seq";
 	{
 		std::ofstream f(path);
@@ -148,7 +135,7 @@ TEST_CASE("an unwritable state folder is an error naming the file") {
 }
 
 TEST_CASE("peers keyed at run time are left out of the state file and keep no limit") {
-	TempDir dir;
+	test::TempDir dir("esptun-seq");
 	std::vector<PeerParams> params = two_peers();
 	PeerParams ike;
 	ike.name = "site-ike";
