@@ -25,6 +25,20 @@ def endpoint(text):
     return host, int(port)
 
 
+def open_sides(args):
+    """open_sides() - the relay's two non-blocking sockets, "a" bound to
+    args.side_a and "b" to args.side_b, with 8 MiB buffers."""
+    socks = {}
+    for name, ep in (("a", args.side_a), ("b", args.side_b)):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+        s.bind(endpoint(ep))
+        s.setblocking(False)
+        socks[name] = s
+    return socks
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("side_a")
@@ -37,14 +51,7 @@ def main():
     ap.add_argument("--seed", type=int, default=4303)
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    socks = {}
-    for name, ep in (("a", args.side_a), ("b", args.side_b)):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
-        s.bind(endpoint(ep))
-        s.setblocking(False)
-        socks[name] = s
+    socks = open_sides(args)
     # direction "ab": in on side a, out on side b to peer b; "ba" the reverse.
     out = {"ab": (socks["b"], endpoint(args.peer_b)), "ba": (socks["a"], endpoint(args.peer_a))}
     held = {"ab": [], "ba": []}  # [datagram, datagrams still to pass it, deadline]
@@ -146,14 +153,7 @@ def delay_main(argv=None):
     ap.add_argument("--delay", type=float, default=0.4, help="one-way delay in seconds")
     ap.add_argument("--ike-log", default=None, help="file: one line per IKE message relayed")
     args = ap.parse_args(argv)
-    socks = {}
-    for name, ep in (("a", args.side_a), ("b", args.side_b)):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
-        s.bind(endpoint(ep))
-        s.setblocking(False)
-        socks[name] = s
+    socks = open_sides(args)
     out = {"ab": (socks["b"], endpoint(args.peer_b)), "ba": (socks["a"], endpoint(args.peer_a))}
     port_in = {"ab": endpoint(args.side_a)[1], "ba": endpoint(args.side_b)[1]}
     queue = {"ab": collections.deque(), "ba": collections.deque()}  # (due, datagram)
