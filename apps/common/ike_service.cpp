@@ -467,6 +467,7 @@ void IkeService::write_status(JsonWriter& j) const {
 			j.field("spi_in", hex(ch.spi_in, 8));
 			j.field("spi_out", hex(ch.spi_out, 8));
 			j.field("cipher", ch.cipher);
+			if (!ch.pfs.empty()) j.field("pfs", ch.pfs);
 			j.field("esn", ch.esn);
 			j.field("age_s", ch.age_s);
 			j.field("sending", ch.sending);

@@ -296,6 +296,7 @@ class ChildSa:
     bytes_in: int
     bytes_out: int
     raw: dict
+    dh_group: str = ""  # the PFS group of the exchange that made it ("CURVE_25519"); "" none
 
 
 @dataclass
@@ -356,7 +357,8 @@ def sas_from_pretty(text):
                     encr_keysize=_int(c.get("encr-keysize")), integ_alg=c.get("integ-alg", ""),
                     esn=c.get("esn") == "1", local_ts=list(c.get("local-ts") or []),
                     remote_ts=list(c.get("remote-ts") or []),
-                    bytes_in=_int(c.get("bytes-in")), bytes_out=_int(c.get("bytes-out")), raw=c))
+                    bytes_in=_int(c.get("bytes-in")), bytes_out=_int(c.get("bytes-out")), raw=c,
+                    dh_group=c.get("dh-group", "")))
             out.append(IkeSa(
                 name=name, state=ike.get("state", ""), initiator=ike.get("initiator") == "yes",
                 spi_i=_hex(ike.get("initiator-spi")), spi_r=_hex(ike.get("responder-spi")),

@@ -103,6 +103,30 @@
 #     within 5 s charon has no IKE_SA of carol, logged the Delete and shows
 #     the lease offline. charon's IKE_AUTH exchange (CPRQ/CPRP contents),
 #     virtual IP and CHILD_SA log lines are reported.
+# 11. PFS for CHILD_SAs (RFC 7296 section 1.3.1): both sides with
+#     esp_proposals "aes128gcm16-x25519", esptun initiates (IKE_AUTH carries
+#     the proposal without the group: strongSwan's first CHILD_SA shows no
+#     dh-group). esptun rekey_time=8 (7.2-8 s after each new CHILD_SA), and
+#     strongSwan is made to rekey with `swanctl --rekey --child` at 2 and 12
+#     s of a 70 MB A -> B transfer paced over ~21 s, so CHILD_SA rekeys
+#     alternate between the sides without colliding (esptun's at ~9.5 and
+#     ~19.5 s), and after the last one strongSwan's rekeyed SA (kept 5 s as
+#     DELETED, its delete_rekeyed_delay) is gone >= 2 s before esptun's next
+#     rekey, so both sides settle on one CHILD_SA. Asserted: SHA-256
+#     equal, no stall, esptun's log has >= 2 rekeys of its own and >= 2 by
+#     the peer, each with "PFS x25519", and nothing refused; then one
+#     CHILD_SA on both sides whose strongSwan dh-group is CURVE_25519 (and
+#     esptun's children[].pfs "x25519" when it reports it).
+# 12. PFS with MODP-2048 and CBC, strongSwan initiating: esptun with
+#     esp_proposals "aes256-sha256-modp2048", strongSwan with
+#     "aes256-sha256-ecp256, aes256-sha256-modp2048" (esptun a responder
+#     without endpoint, so IKE_AUTH arrives from strongSwan; its first
+#     rekey sends an ECP-256 KE, esptun must answer INVALID_KE_PAYLOAD with
+#     MODP-2048 and strongSwan retry with it), esptun rekey_time=8,
+#     strongSwan made to rekey at 1.5 and 11 s of a 40 MB A -> B transfer
+#     (~12 s; esptun's rekey at ~9 s). The same assertions with >= 1 rekey
+#     of esptun's own, >= 2 by
+#     strongSwan, "PFS modp2048" and dh-group MODP_2048.
 #
 #   netns A (client)                          netns B (charon, gateway)
 #   tun ikcN 10.66.0.x/32 (from the pool)     lo 10.88.1.1/32; pool rw 10.66.0.0/24
@@ -249,6 +273,26 @@ CASES = [
          kind="roadwarrior", initiator="esptun", ike="aes128gcm16-prfsha256-x25519",
          esp="aes128gcm16", sw_ike="aes128gcm16-prfsha256-x25519", sw_esp="aes128gcm16",
          cipher="aes128-gcm", esn=False, expect_ike=GCM_IKE, expect_child=GCM_CHILD),
+    dict(title="PFS: esp_proposals aes128gcm16-x25519 on both sides, CHILD_SA rekeys by each "
+               "side (esptun rekey_time=8, strongSwan made to rekey at 2/12 s); 70 MB A -> B",
+         kind="pfs", initiator="esptun", ike="aes128gcm16-prfsha256-x25519",
+         esp="aes128gcm16-x25519", sw_ike="aes128gcm16-prfsha256-x25519",
+         sw_esp="aes128gcm16-x25519", cipher="aes128-gcm", esn=False, rekey_time=8,
+         ike_rekey_time=0, sw_cfg=dict(child_rekey_time="1h", ike_rekey_time="4h"),
+         expect_ike=GCM_IKE, expect_child=dict(GCM_CHILD, dh_group="")),
+    dict(title="PFS: esp_proposals aes256-sha256-modp2048 on both sides, strongSwan initiates; "
+               "CHILD_SA rekeys by each side (esptun rekey_time=8, strongSwan at 1.5/11 s); "
+               "40 MB A -> B",
+         kind="pfs", initiator="strongswan", ike="aes128gcm16-prfsha256-x25519",
+         esp="aes256-sha256-modp2048", sw_ike="aes128gcm16-prfsha256-x25519",
+         sw_esp="aes256-sha256-ecp256,aes256-sha256-modp2048", cipher="aes256-cbc-hmac-sha256",
+         esn=False,
+         rekey_time=8, ike_rekey_time=0, sw_cfg=dict(child_rekey_time="1h", ike_rekey_time="4h"),
+         pfs=dict(xfer=40 * 1000 * 1000, sw_at=(1.5, 11), group="modp2048", sw_group="MODP_2048",
+                  ours=1, theirs=2, invalid_ke=True),
+         expect_ike=GCM_IKE,
+         expect_child={"encr_alg": "AES_CBC", "encr_keysize": 256,
+                       "integ_alg": "HMAC_SHA2_256_128", "esn": False, "dh_group": ""}),
 ]
 
 
@@ -659,7 +703,7 @@ def run_case(rep, ctx, idx, case, attempt=0):
         kind = case.get("kind")
         if kind:
             return {"rekey": rekey_body, "dpd": dpd_body, "flood": flood_body,
-                    "collision": collision_body}[kind](rep, tag, case, A, B)
+                    "collision": collision_body, "pfs": pfs_body}[kind](rep, tag, case, A, B)
         if case.get("transfer") == "a->b":
             transfer(rep, tag, A, B, B_IN)
         elif case.get("transfer") == "b->a":
@@ -1174,6 +1218,69 @@ def rekey_body(rep, tag, case, A, B):
     if view:
         ch = view[2]
         rep.info(f"strongSwan's last CHILD_SA: {ch.bytes_in} bytes in, {ch.bytes_out} out")
+
+
+# --- case 11: perfect forward secrecy for CHILD_SAs ----------------------------
+
+# Case 11's plan (case 12 sets its own with the case key "pfs").
+PFS_PLAN = dict(xfer=70 * 1000 * 1000,  # ~21 s at PACED_RATE
+                sw_at=(2, 12),  # s into the transfer: strongSwan rekeys the CHILD_SA
+                group="x25519", sw_group="CURVE_25519", ours=2, theirs=2)
+
+
+def pfs_body(rep, tag, case, A, B):
+    plan = case.get("pfs", PFS_PLAN)
+    group = plan["group"]
+    ours_rx = re.compile(r": CHILD_SA rekeyed, SPIs .*PFS " + group)
+    theirs_rx = re.compile(r": CHILD_SA rekeyed by the peer, SPIs .*PFS " + group)
+    due = list(plan["sw_at"])
+    asked = []
+
+    def tick(el):
+        if due and el >= due[0]:
+            due.pop(0)
+            p = B.charon.swanctl("--rekey", "--child", B.charon.cfg.child, check=False)
+            asked.append((round(el, 1), p.returncode))
+    paced_transfer(rep, tag, A, B, B_IN, plan["xfer"], tick=tick, tick_every=0.25)
+    rep.info(f"strongSwan asked to rekey the CHILD_SA at (s, swanctl exit): {asked}")
+    rep.check(A.ep.alive() and B.charon.alive(), f"[{tag}] esptun and charon still running")
+    view = assert_settled(rep, tag, A, B)
+    elog = log_lines(A.ep.log)
+    ours = [ln for ln in elog if ours_rx.search(ln)]
+    theirs = [ln for ln in elog if theirs_rx.search(ln)]
+    plain = [ln for ln in elog if re.search(r": CHILD_SA rekeyed", ln) and "PFS" not in ln]
+    refused = [ln for ln in elog if re.search(r"refused|INVALID_KE", ln)
+               and not (plan.get("invalid_ke") and "answering INVALID_KE_PAYLOAD" in ln)]
+    rep.check(len(ours) >= plan["ours"], f"[{tag}] esptun's log: {len(ours)} CHILD_SA rekeys of "
+              f"its own with 'PFS {group}' >= {plan['ours']}", netns.tail(A.ep.log, 20))
+    rep.check(len(theirs) >= plan["theirs"], f"[{tag}] esptun's log: {len(theirs)} CHILD_SA "
+              f"rekeys by strongSwan with 'PFS {group}' >= {plan['theirs']}",
+              netns.tail(A.ep.log, 20))
+    rep.check(not plain and not refused, f"[{tag}] esptun's log: no CHILD_SA rekey without PFS "
+              "and none refused", "\n".join((plain + refused)[:5]))
+    if view:
+        e, _, ch = view
+        rep.equal(ch.dh_group, plan["sw_group"],
+                  f"[{tag}] strongSwan list-sas: the rekeyed CHILD_SA's dh-group")
+        kid = (e.get("children") or [{}])[0]
+        if "pfs" in kid:
+            rep.equal(kid.get("pfs"), group, f"[{tag}] esptun children[].pfs")
+        else:
+            rep.info("esptun's status reports no children[].pfs")
+    text = B.charon.log_text()
+    if plan.get("invalid_ke"):
+        ike_lines = [ln for ln in elog if "answering INVALID_KE_PAYLOAD" in ln]
+        sw_retry = [ln for ln in text.splitlines()
+                    if re.search(r"requested " + plan["sw_group"], ln)]
+        rep.check(len(ike_lines) == 1 and sw_retry,
+                  f"[{tag}] group mismatch: esptun answered INVALID_KE_PAYLOAD once "
+                  f"({ike_lines[0].strip() if ike_lines else None!r}) and strongSwan retried "
+                  f"({sw_retry[0].strip() if sw_retry else None!r})",
+                  "\n".join(ike_lines[:3]) + "\n" + netns.tail(B.charon.log, 20))
+    sw_child = len(set(SW_CHILD_RX.findall(text))) - 1
+    want = plan["ours"] + plan["theirs"]
+    rep.check(sw_child >= want, f"[{tag}] strongSwan's log: {sw_child} CHILD_SA rekeys >= {want}",
+              netns.tail(B.charon.log, 20))
 
 
 # --- case 7: dead peer detection ----------------------------------------------

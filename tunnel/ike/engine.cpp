@@ -591,7 +591,7 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 		}
 		payloads.push_back(cp);
 	}
-	payloads.push_back(esp_offer(pol.esp_proposals, sa.reserved_spi));
+	payloads.push_back(esp_offer(pol.esp_proposals, sa.reserved_spi, ChildExchange::ike_auth));
 	payloads.push_back(tsi);
 	payloads.push_back(tsr);
 	sa.state = IkeSa::State::auth_sent;
@@ -682,6 +682,7 @@ std::vector<IkeSaStatus> Engine::status(Clock::time_point now) const {
 			cs.spi_out = c.spi_out;
 			cs.cipher = std::string(crypto::cipher_spec(c.cipher).name);
 			cs.esn = c.esn;
+			if (c.pfs) cs.pfs = std::string(dh_name(*c.pfs));
 			cs.age_s = std::chrono::duration_cast<seconds>(now - c.created).count();
 			cs.sending = c.sending;
 			if (c.rekey_at != Clock::time_point{} && c.sending)

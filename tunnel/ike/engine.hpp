@@ -146,6 +146,7 @@ struct ChildStatus {
 	uint32_t spi_in = 0, spi_out = 0;
 	std::string cipher;
 	bool esn = false;
+	std::string pfs; ///< key exchange group of the exchange that made it ("x25519"); empty: none
 	int64_t age_s = 0;
 	bool sending = true;                          ///< the outbound half is the peer's current one
 	int64_t rekey_in_s = -1;                      ///< until our rekey; -1 = we do not rekey it
@@ -218,7 +219,8 @@ private:
 	void handle_rekey_ike_response(IkeSa& sa, PendingRequest& req, std::vector<Payload>& inner,
 	                               Clock::time_point now);
 	void handle_delete_child_response(IkeSa& sa, PendingRequest& req);
-	void start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now);
+	void start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now,
+	                       std::optional<DhGroup> group = std::nullopt);
 	void start_ike_rekey(IkeSa& sa, Clock::time_point now);
 	void send_child_deletes(IkeSa& sa, Clock::time_point now);
 	void resolve_collision(IkeSa& sa, uint32_t old_spi_in);
@@ -234,8 +236,8 @@ private:
 	void remove_children(IkeSa& sa);
 	void sweep();
 	ChildKeys child_keys(const IkeSa& sa, crypto::Cipher c, bool esn, uint32_t spi_in, uint32_t spi_out,
-	                     bool we_initiated, std::span<const uint8_t> ni,
-	                     std::span<const uint8_t> nr) const;
+	                     bool we_initiated, std::span<const uint8_t> ni, std::span<const uint8_t> nr,
+	                     std::span<const uint8_t> g_ir = {}) const;
 	std::string peer_label(const IkeSa& sa) const;
 	/// The peer's side of its CHILD_SAs: allowed_ips plus its leased addresses.
 	std::vector<IpPrefix> peer_side(size_t peer) const;

@@ -9,13 +9,14 @@ namespace esptun::ike {
 // ---- IKE_AUTH --------------------------------------------------------------
 
 ChildKeys Engine::child_keys(const IkeSa& sa, crypto::Cipher c, bool esn, uint32_t spi_in, uint32_t spi_out,
-                             bool we_initiated, std::span<const uint8_t> ni,
-                             std::span<const uint8_t> nr) const {
-	// Section 2.17: KEYMAT = prf+(SK_d, Ni | Nr); the exchange initiator's
-	// outbound keys (encryption, then integrity) come first.
+                             bool we_initiated, std::span<const uint8_t> ni, std::span<const uint8_t> nr,
+                             std::span<const uint8_t> g_ir) const {
+	// Section 2.17: KEYMAT = prf+(SK_d, [g^ir (new) |] Ni | Nr), g^ir with
+	// PFS; the exchange initiator's outbound keys (encryption, then
+	// integrity) come first.
 	const crypto::CipherSpec& spec = crypto::cipher_spec(c);
 	const size_t per_dir = spec.enc_key_len + spec.auth_key_len;
-	const std::vector<uint8_t> km = child_keymat(sa.suite.prf, sa.keys.sk_d, {}, ni, nr, 2 * per_dir);
+	const std::vector<uint8_t> km = child_keymat(sa.suite.prf, sa.keys.sk_d, g_ir, ni, nr, 2 * per_dir);
 	auto part = [&](size_t off, size_t len) {
 		return std::vector<uint8_t>(km.begin() + long(off), km.begin() + long(off + len));
 	};
@@ -113,7 +114,8 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 		child_note = "no CHILD_SA: no virtual address for it";
 		reply.push_back(make_notify(notify::internal_address_failure));
 	} else if (child_sa && tsi && tsr) {
-		std::optional<EspChoice> choice = choose_esp(*child_sa, pol.esp_proposals);
+		std::optional<EspChoice> choice =
+		    choose_esp(*child_sa, pol.esp_proposals, ChildExchange::ike_auth);
 		std::vector<TrafficSelector> ts_i = narrow(tsi->selectors, peer_side(*match));
 		if (!choice) {
 			counters_.no_proposal++;
@@ -252,7 +254,7 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 	const TsPayload* tsi = find_ts(inner, true);
 	const TsPayload* tsr = find_ts(inner, false);
 	std::optional<EspChoice> choice;
-	if (child_sa) choice = accept_esp(*child_sa, pol.esp_proposals);
+	if (child_sa) choice = accept_esp(*child_sa, pol.esp_proposals, ChildExchange::ike_auth);
 	std::string problem;
 	if (const NotifyPayload* e = first_error(inner))
 		problem = "the responder refused the CHILD_SA: " + notify_name(e->type);

@@ -250,7 +250,8 @@ struct ChildSa {
 	uint32_t spi_in = 0, spi_out = 0;
 	crypto::Cipher cipher = crypto::Cipher::aes128_gcm;
 	bool esn = false;
-	bool sending = true; ///< its outbound half is the one in use
+	std::optional<DhGroup> pfs; ///< the group of the key exchange that made it (section 1.3.1)
+	bool sending = true;        ///< its outbound half is the one in use
 	uint32_t successor_in =
 	    0; ///< the peer rekeyed it: the new CHILD_SA (inbound SPI) takes over on delete
 	Clock::time_point created{};
@@ -294,6 +295,7 @@ struct PendingRequest {
 	uint32_t old_spi_in = 0, new_spi_in = 0;
 	std::vector<uint8_t> nonce;
 	std::shared_ptr<DhKeyPair> dh;
+	bool ke_retried = false; ///< a CHILD_SA rekey sent again with the group the peer asked for
 	uint64_t new_ike_spi = 0;
 	std::vector<uint32_t> spis;
 };

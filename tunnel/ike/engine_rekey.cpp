@@ -159,23 +159,58 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 			return;
 		}
 	}
-	if (ke) {
-		// PFS for CHILD_SAs is not offered by esptun, so a proposal that
-		// requires a group cannot be chosen.
-		refuse(notify::no_proposal_chosen);
-		return;
-	}
-	std::optional<EspChoice> choice = choose_esp(*sa_p, pol.esp_proposals);
+	const std::string what = old ? "CHILD_SA rekey" : "new CHILD_SA";
+	std::optional<EspChoice> choice =
+	    choose_esp(*sa_p, pol.esp_proposals, ChildExchange::create_child_sa);
 	const TsPayload* tsi = find_ts(inner, true);
 	const TsPayload* tsr = find_ts(inner, false);
 	if (!choice) {
 		counters_.no_proposal++;
+		std::string ours;
+		for (const EspSuite& s : pol.esp_proposals)
+			ours += (ours.empty() ? "" : ", ") + esp_suite_name(s);
+		host_.log("peer " + pol.name + ": " + what +
+		          " from the peer refused: no ESP proposal in common; it offered " +
+		          describe_offer(*sa_p) + (ke ? " with a key exchange" : "") +
+		          ", esp_proposals are " + ours +
+		          " (a group such as x25519 at the end of an entry asks for PFS)");
 		refuse(notify::no_proposal_chosen);
 		return;
 	}
 	if (!tsi || !tsr) {
 		refuse(notify::invalid_syntax);
 		return;
+	}
+	// Perfect forward secrecy (section 1.3.1): the KE payload must be of the
+	// chosen proposal's group, else the peer is told which group to use
+	// (section 1.3, INVALID_KE_PAYLOAD) and tries again. A KE payload with a
+	// proposal without a group is ignored (as strongSwan does).
+	std::optional<std::vector<uint8_t>> g_ir;
+	std::optional<KePayload> ke_reply;
+	if (choice->pfs) {
+		const uint16_t group = uint16_t(*choice->pfs);
+		if (!ke || ke->group != group) {
+			host_.log("peer " + pol.name + ": " + what +
+			          " from the peer needs a key exchange of group " +
+			          std::string(dh_name(*choice->pfs)) + ", it sent " +
+			          (!ke                   ? std::string("none")
+			           : known_dh(ke->group) ? std::string(dh_name(DhGroup(ke->group)))
+			                                 : "group " + std::to_string(ke->group)) +
+			          ": answering INVALID_KE_PAYLOAD");
+			refuse(notify::invalid_ke_payload, be16_bytes(group));
+			return;
+		}
+		DhKeyPair dh(*choice->pfs);
+		g_ir = dh.shared_secret(ke->data);
+		if (!g_ir) {
+			host_.log("peer " + pol.name + ": " + what + " from the peer refused: its " +
+			          std::string(dh_name(*choice->pfs)) + " key exchange value is invalid (" +
+			          std::to_string(ke->data.size()) + " bytes)");
+			refuse(notify::no_proposal_chosen);
+			return;
+		}
+		ke_reply = KePayload{
+		    group, std::vector<uint8_t>(dh.public_value().begin(), dh.public_value().end())};
 	}
 	// The exchange initiator's selectors: TSi is its side. As responder of the
 	// exchange, the peer's side is TSi when the peer initiates.
@@ -186,8 +221,8 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 	}
 	const uint32_t spi_in = host_.allocate_spi();
 	choice->reply.spi = be32_bytes(spi_in);
-	const ChildKeys keys =
-	    child_keys(sa, choice->cipher, choice->esn, spi_in, choice->peer_spi, false, nonce->data, nr);
+	const ChildKeys keys = child_keys(sa, choice->cipher, choice->esn, spi_in, choice->peer_spi, false,
+	                                  nonce->data, nr, g_ir ? *g_ir : std::vector<uint8_t>{});
 	// Make-before-break: the new inbound SA is live before the answer leaves;
 	// we keep sending on the old one until the peer deletes it.
 	host_.install_child(*sa.peer, keys, old == nullptr);
@@ -200,23 +235,27 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 	ChildSa rec = child_record(keys, old == nullptr, false, nonce->data, nr, tsr->selectors, ts_i,
 	                           pol.child_rekey_s, now);
 	rec.replaces = old_spi;
+	rec.pfs = choice->pfs;
 	sa.children.push_back(std::move(rec)); // may move the vector: `old` is not used after this
 	if (old_spi) sa.child_rekeys++;
 	// We rekeyed the same CHILD_SA and already have our answer: a collision
 	// found late (section 2.8.1). With our request still out, the answer
 	// settles it instead.
 	if (ours_done) resolve_collision(sa, old_spi);
-	std::vector<Payload> reply{SaPayload{{choice->reply}}, NoncePayload{nr}, TsPayload{true, ts_i},
-	                           TsPayload{false, tsr->selectors}};
+	std::vector<Payload> reply{SaPayload{{choice->reply}}, NoncePayload{nr}};
+	if (ke_reply) reply.push_back(std::move(*ke_reply));
+	reply.push_back(TsPayload{true, ts_i});
+	reply.push_back(TsPayload{false, tsr->selectors});
 	send_response(sa, req, reply);
 	host_.log("peer " + pol.name + ": CHILD_SA " +
 	          std::string(old ? "rekeyed by the peer" : "added by the peer") + ", SPIs in " +
-	          hex_spi(spi_in, 8) + " out " + hex_spi(choice->peer_spi, 8));
+	          hex_spi(spi_in, 8) + " out " + hex_spi(choice->peer_spi, 8) +
+	          (choice->pfs ? ", PFS " + std::string(dh_name(*choice->pfs)) : std::string()));
 }
 
 // ---- rekeying and deleting, as the exchange initiator --------------------------
 
-void Engine::start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now) {
+void Engine::start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now, std::optional<DhGroup> group) {
 	const PeerPolicy& pol = peers_[*sa.peer];
 	ChildSa& c = sa.children[child];
 	const uint32_t new_in = host_.allocate_spi();
@@ -225,8 +264,20 @@ void Engine::start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now) {
 	NotifyPayload rekey = make_notify(notify::rekey_sa);
 	rekey.protocol = Protocol::esp;
 	rekey.spi = be32_bytes(c.spi_in);
-	const std::vector<Payload> payloads{rekey, esp_offer(pol.esp_proposals, new_in), NoncePayload{ni},
-	                                    TsPayload{true, c.ts_local}, TsPayload{false, c.ts_remote}};
+	// PFS (section 1.3.1): a fresh key pair of the group the old CHILD_SA
+	// used, or of our first proposal with one; @group after INVALID_KE_PAYLOAD.
+	if (!group) group = rekey_group(pol.esp_proposals, c.pfs);
+	std::shared_ptr<DhKeyPair> dh;
+	std::vector<Payload> payloads{
+	    rekey, esp_offer(pol.esp_proposals, new_in, ChildExchange::create_child_sa), NoncePayload{ni}};
+	if (group) {
+		dh = std::make_shared<DhKeyPair>(*group);
+		payloads.push_back(
+		    KePayload{uint16_t(*group),
+		              std::vector<uint8_t>(dh->public_value().begin(), dh->public_value().end())});
+	}
+	payloads.push_back(TsPayload{true, c.ts_local});
+	payloads.push_back(TsPayload{false, c.ts_remote});
 	c.rekeying = true;
 	const uint32_t old_in = c.spi_in;
 	send_request(sa, Exchange::create_child_sa, payloads, now);
@@ -234,6 +285,7 @@ void Engine::start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now) {
 	sa.pending->old_spi_in = old_in;
 	sa.pending->new_spi_in = new_in;
 	sa.pending->nonce = std::move(ni);
+	sa.pending->dh = std::move(dh);
 }
 
 void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::vector<Payload>& inner,
@@ -249,12 +301,48 @@ void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::ve
 	const NoncePayload* nonce = find_in<NoncePayload>(inner);
 	const TsPayload* tsi = find_ts(inner, true);
 	const TsPayload* tsr = find_ts(inner, false);
+	const KePayload* ke = find_in<KePayload>(inner);
 	std::optional<EspChoice> choice;
-	if (sa_p) choice = accept_esp(*sa_p, pol.esp_proposals);
+	if (sa_p) choice = accept_esp(*sa_p, pol.esp_proposals, ChildExchange::create_child_sa);
 	const NotifyPayload* err = first_error(inner);
-	if (err || !choice || !nonce || !tsi || !tsr) {
+	// With PFS the answer's KE payload must be of the group we sent and
+	// agreed on; its g^ir goes into the keys (section 2.17).
+	std::optional<std::vector<uint8_t>> g_ir;
+	std::string ke_problem;
+	if (!err && choice && choice->pfs) {
+		if (!req.dh || req.dh->group() != *choice->pfs)
+			ke_problem = "the answer chose group " + std::string(dh_name(*choice->pfs)) +
+			             ", not the one we sent";
+		else if (!ke || ke->group != uint16_t(*choice->pfs))
+			ke_problem =
+			    "the answer has no key exchange of group " + std::string(dh_name(*choice->pfs));
+		else if (!(g_ir = req.dh->shared_secret(ke->data)))
+			ke_problem = "the answer's key exchange value is invalid";
+	}
+	if (err || !choice || !nonce || !tsi || !tsr || !ke_problem.empty()) {
 		host_.release_spi(req.new_spi_in);
 		ChildSa* old = find_child(req.old_spi_in);
+		if (!ke_problem.empty()) {
+			// The peer has installed its half: ask it to delete that again.
+			sa.delete_queue.push_back(req.new_spi_in);
+		}
+		if (err && err->type == notify::invalid_ke_payload && old && !req.ke_retried &&
+		    !old->successor_in && !old->deleting) {
+			// Section 1.3: the peer wants another group; if we offered it, try
+			// again now (unless the peer has rekeyed or is deleting it meanwhile).
+			const uint16_t want = err->data.size() == 2 ? load_be16(err->data.data()) : 0;
+			const auto it = std::find_if(
+			    pol.esp_proposals.begin(), pol.esp_proposals.end(),
+			    [&](const EspSuite& s) { return s.pfs && uint16_t(*s.pfs) == want; });
+			if (it != pol.esp_proposals.end() && (!req.dh || uint16_t(req.dh->group()) != want)) {
+				host_.log("peer " + pol.name + ": the peer wants group " +
+				          std::string(dh_name(*it->pfs)) +
+				          " for the CHILD_SA rekey; trying again");
+				start_child_rekey(sa, size_t(old - sa.children.data()), now, it->pfs);
+				sa.pending->ke_retried = true;
+				return;
+			}
+		}
 		if (err && err->type == notify::temporary_failure) {
 			// Section 2.25: the peer is busy (often with its own rekey); retry soon.
 			if (old)
@@ -264,7 +352,9 @@ void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::ve
 		}
 		if (err && err->type == notify::child_sa_not_found) return; // the peer deleted it meanwhile
 		host_.log("peer " + pol.name + ": CHILD_SA rekey refused: " +
-		          (err ? notify_name(err->type) : std::string("the answer is not one we offered")) +
+		          (err                   ? notify_name(err->type)
+		           : !ke_problem.empty() ? ke_problem
+		                                 : std::string("the answer is not one we offered")) +
 		          "; trying again in a minute");
 		if (old) old->rekey_at = now + seconds(60);
 		return;
@@ -273,12 +363,14 @@ void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::ve
 	// The peer rekeyed the same CHILD_SA while our request was out (it
 	// answered us, and we answered it): section 2.8.1 decides which stays.
 	const bool collision = old && old->successor_in != 0;
-	const ChildKeys keys = child_keys(sa, choice->cipher, choice->esn, req.new_spi_in, choice->peer_spi,
-	                                  true, req.nonce, nonce->data);
+	const ChildKeys keys =
+	    child_keys(sa, choice->cipher, choice->esn, req.new_spi_in, choice->peer_spi, true, req.nonce,
+	               nonce->data, g_ir ? *g_ir : std::vector<uint8_t>{});
 	host_.install_child(*sa.peer, keys, !collision);
 	ChildSa rec = child_record(keys, !collision, true, req.nonce, nonce->data, tsi->selectors,
 	                           tsr->selectors, pol.child_rekey_s, now);
 	rec.replaces = old ? req.old_spi_in : 0;
+	rec.pfs = choice->pfs;
 	if (old && !collision) {
 		// Make-before-break: the peer has had the new SA since it answered;
 		// we send on it from now on and delete the old one.
@@ -289,7 +381,8 @@ void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::ve
 	sa.children.push_back(std::move(rec));
 	sa.child_rekeys++;
 	host_.log("peer " + pol.name + ": CHILD_SA rekeyed, SPIs in " + hex_spi(req.new_spi_in, 8) + " out " +
-	          hex_spi(choice->peer_spi, 8) + " (replacing in " + hex_spi(req.old_spi_in, 8) + ")");
+	          hex_spi(choice->peer_spi, 8) + " (replacing in " + hex_spi(req.old_spi_in, 8) + ")" +
+	          (choice->pfs ? ", PFS " + std::string(dh_name(*choice->pfs)) : std::string()));
 	if (collision) resolve_collision(sa, req.old_spi_in);
 }
 

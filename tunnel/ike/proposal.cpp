@@ -131,7 +131,9 @@ std::vector<uint8_t> spi_bytes(uint32_t spi) {
 	return b;
 }
 
-Proposal esp_proposal(crypto::Cipher c, std::span<const uint16_t> esn_ids, uint8_t number, uint32_t spi) {
+/// @dh: the key exchange group's transform ID, 0 for none (no transform).
+Proposal esp_proposal(crypto::Cipher c, std::span<const uint16_t> esn_ids, uint16_t dh, uint8_t number,
+                      uint32_t spi) {
 	const EspTransforms t = esp_transforms(c);
 	Proposal p;
 	p.number = number;
@@ -139,6 +141,7 @@ Proposal esp_proposal(crypto::Cipher c, std::span<const uint16_t> esn_ids, uint8
 	p.spi = spi_bytes(spi);
 	p.transforms.push_back({TransformType::encr, t.encr, t.key_bits});
 	if (t.integ) p.transforms.push_back({TransformType::integ, t.integ, 0});
+	if (dh) p.transforms.push_back({TransformType::dh, dh, 0});
 	for (uint16_t e : esn_ids)
 		p.transforms.push_back({TransformType::esn, e, 0});
 	return p;
@@ -166,11 +169,17 @@ std::optional<bool> esn_choice(const Proposal& p, EsnOffer ours) {
 	return std::nullopt;
 }
 
-bool esp_matches(const Proposal& p, crypto::Cipher c) {
+bool esp_matches(const Proposal& p, const EspSuite& s, ChildExchange ex) {
 	if (p.protocol != Protocol::esp || p.spi.size() != 4) return false;
-	// A proposal that insists on a key exchange (PFS) needs a group esptun
-	// does not do for CHILD_SAs; "none" (0) among its groups is fine.
-	if (has_type(p, TransformType::dh) && !has(p, TransformType::dh, 0)) return false;
+	// IKE_AUTH has no key exchange: groups are ignored there. In
+	// CREATE_CHILD_SA our group must be among the proposal's; without one of
+	// ours, the proposal must allow none (no group, or "none" (0) among them).
+	if (ex == ChildExchange::create_child_sa) {
+		if (s.pfs ? !has(p, TransformType::dh, uint16_t(*s.pfs))
+		          : has_type(p, TransformType::dh) && !has(p, TransformType::dh, 0))
+			return false;
+	}
+	const crypto::Cipher c = s.cipher;
 	const EspTransforms t = esp_transforms(c);
 	if (!has(p, TransformType::encr, t.encr, t.key_bits)) return false;
 	if (t.integ == 0) return no_integ(p);
@@ -289,20 +298,35 @@ std::optional<IkeSuite> parse_ike_proposal(std::string_view text, std::string& e
 std::optional<EspSuite> parse_esp_proposal(std::string_view text, std::string& error) {
 	std::vector<std::string_view> toks = split_dash(text);
 	EspSuite s;
-	if (!toks.empty() && (toks.back() == "esn" || toks.back() == "noesn")) {
-		s.esn = toks.back() == "esn" ? EsnOffer::yes : EsnOffer::no;
+	bool have_esn = false;
+	// The group and the ESN setting end the proposal, in either order.
+	while (!toks.empty()) {
+		const std::string_view t = toks.back();
+		if (t == "esn" || t == "noesn") {
+			if (have_esn) {
+				error = "names the ESN setting twice";
+				return std::nullopt;
+			}
+			s.esn = t == "esn" ? EsnOffer::yes : EsnOffer::no;
+			have_esn = true;
+		} else if (t == "x25519" || t == "curve25519" || t == "ecp256" || t == "modp2048") {
+			if (s.pfs) {
+				error = "names two key exchange groups; write one proposal per group "
+				        "(e.g. \"aes128gcm16-x25519\", \"aes128gcm16-ecp256\")";
+				return std::nullopt;
+			}
+			s.pfs = t == "ecp256"     ? DhGroup::ecp256
+			        : t == "modp2048" ? DhGroup::modp2048
+			                          : DhGroup::curve25519;
+		} else {
+			break;
+		}
 		toks.pop_back();
 	}
 	std::string name;
 	for (std::string_view t : toks) {
 		if (std::string why = weak_reason(t); !why.empty() && t != "sha1") {
 			error = "'" + std::string(t) + "' is refused: " + why;
-			return std::nullopt;
-		}
-		if (t == "x25519" || t == "ecp256" || t == "modp2048" || t == "curve25519") {
-			error = "names a key exchange group ('" + std::string(t) +
-			        "'): perfect forward secrecy for CHILD_SAs is not supported yet; "
-			        "remove the group";
 			return std::nullopt;
 		}
 		name += (name.empty() ? "" : "-") + std::string(t);
@@ -317,7 +341,8 @@ std::optional<EspSuite> parse_esp_proposal(std::string_view text, std::string& e
 	}
 	error = "'" + name +
 	        "' is not an ESP suite esptun has (aes128gcm16, aes256gcm16, aes128-sha1, "
-	        "aes256-sha1, aes128-sha256, aes256-sha256; add -esn or -noesn to insist on one)";
+	        "aes256-sha1, aes128-sha256, aes256-sha256; then optionally a group for perfect "
+	        "forward secrecy, x25519, ecp256 or modp2048, and -esn or -noesn to insist on one)";
 	return std::nullopt;
 }
 
@@ -331,6 +356,7 @@ std::string ike_suite_name(const IkeSuite& s) {
 
 std::string esp_suite_name(const EspSuite& s) {
 	std::string out(cipher_token(s.cipher));
+	if (s.pfs) out += "-" + std::string(dh_name(*s.pfs));
 	if (s.esn == EsnOffer::yes) out += "-esn";
 	if (s.esn == EsnOffer::no) out += "-noesn";
 	return out;
@@ -349,12 +375,12 @@ std::vector<IkeSuite> default_ike_proposals() {
 
 std::vector<EspSuite> default_esp_proposals() {
 	return {
-	    {crypto::Cipher::aes128_gcm, EsnOffer::both},
-	    {crypto::Cipher::aes256_gcm, EsnOffer::both},
-	    {crypto::Cipher::aes128_cbc_sha256, EsnOffer::both},
-	    {crypto::Cipher::aes256_cbc_sha256, EsnOffer::both},
-	    {crypto::Cipher::aes128_cbc_sha1, EsnOffer::both},
-	    {crypto::Cipher::aes256_cbc_sha1, EsnOffer::both},
+	    {crypto::Cipher::aes128_gcm, EsnOffer::both, std::nullopt},
+	    {crypto::Cipher::aes256_gcm, EsnOffer::both, std::nullopt},
+	    {crypto::Cipher::aes128_cbc_sha256, EsnOffer::both, std::nullopt},
+	    {crypto::Cipher::aes256_cbc_sha256, EsnOffer::both, std::nullopt},
+	    {crypto::Cipher::aes128_cbc_sha1, EsnOffer::both, std::nullopt},
+	    {crypto::Cipher::aes256_cbc_sha1, EsnOffer::both, std::nullopt},
 	};
 }
 
@@ -366,12 +392,18 @@ SaPayload ike_offer(std::span<const IkeSuite> suites, std::span<const uint8_t> s
 	return sa;
 }
 
-SaPayload esp_offer(std::span<const EspSuite> suites, uint32_t spi) {
+SaPayload esp_offer(std::span<const EspSuite> suites, uint32_t spi, ChildExchange ex) {
 	SaPayload sa;
 	uint8_t n = 1;
-	for (const EspSuite& s : suites) {
+	for (size_t i = 0; i < suites.size(); i++) {
+		const EspSuite& s = suites[i];
+		if (ex == ChildExchange::ike_auth &&
+		    std::any_of(suites.begin(), suites.begin() + long(i),
+		                [&](const EspSuite& e) { return e.cipher == s.cipher && e.esn == s.esn; }))
+			continue; // the same as an earlier one once the groups are gone
 		const std::vector<uint16_t> ids = esn_ids(s.esn);
-		sa.proposals.push_back(esp_proposal(s.cipher, ids, n++, spi));
+		const uint16_t dh = ex == ChildExchange::create_child_sa && s.pfs ? uint16_t(*s.pfs) : 0;
+		sa.proposals.push_back(esp_proposal(s.cipher, ids, dh, n++, spi));
 	}
 	return sa;
 }
@@ -383,21 +415,33 @@ std::optional<IkeChoice> choose_ike(const SaPayload& offered, std::span<const Ik
 	return std::nullopt;
 }
 
-std::optional<EspChoice> choose_esp(const SaPayload& offered, std::span<const EspSuite> ours) {
+std::optional<EspChoice> choose_esp(const SaPayload& offered, std::span<const EspSuite> ours,
+                                    ChildExchange ex) {
 	for (const Proposal& p : offered.proposals) {
 		for (const EspSuite& s : ours) {
-			if (!esp_matches(p, s.cipher)) continue;
+			if (!esp_matches(p, s, ex)) continue;
 			const std::optional<bool> esn = esn_choice(p, s.esn);
 			if (!esn) continue;
 			EspChoice c;
 			c.cipher = s.cipher;
 			c.esn = *esn;
+			if (ex == ChildExchange::create_child_sa) c.pfs = s.pfs;
 			c.peer_spi = load_be32(p.spi.data());
 			const uint16_t id = *esn ? kEsnYes : kEsnNo;
-			c.reply = esp_proposal(s.cipher, std::span(&id, 1), p.number, 0);
+			c.reply = esp_proposal(s.cipher, std::span(&id, 1), c.pfs ? uint16_t(*c.pfs) : 0,
+			                       p.number, 0);
 			return c;
 		}
 	}
+	return std::nullopt;
+}
+
+std::optional<DhGroup> rekey_group(std::span<const EspSuite> ours, std::optional<DhGroup> current) {
+	if (current &&
+	    std::any_of(ours.begin(), ours.end(), [&](const EspSuite& s) { return s.pfs == current; }))
+		return current;
+	for (const EspSuite& s : ours)
+		if (s.pfs) return s.pfs;
 	return std::nullopt;
 }
 
@@ -417,9 +461,10 @@ std::optional<IkeSuite> accept_ike(const SaPayload& reply, std::span<const IkeSu
 	return std::nullopt;
 }
 
-std::optional<EspChoice> accept_esp(const SaPayload& reply, std::span<const EspSuite> ours) {
+std::optional<EspChoice> accept_esp(const SaPayload& reply, std::span<const EspSuite> ours,
+                                    ChildExchange ex) {
 	if (reply.proposals.size() != 1 || !single_choice(reply.proposals[0])) return std::nullopt;
-	return choose_esp(reply, ours);
+	return choose_esp(reply, ours, ex);
 }
 
 std::string describe_offer(const SaPayload& offered) {

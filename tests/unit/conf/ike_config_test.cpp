@@ -68,6 +68,28 @@ TEST_CASE("an IKE peer parses with its proposals, timers and identities") {
 	CHECK(to_string(c.tunnel.dns.at(0)) == "10.77.0.53");
 }
 
+TEST_CASE("esp_proposals take a key exchange group for PFS, mixed with plain ones") {
+	Config c =
+	    parse_config(with(kGateway, "esp_proposals = [\"aes128-sha1-noesn\"]",
+	                      "esp_proposals = [\"aes128gcm16-x25519\", \"aes256-sha256-modp2048-esn\", "
+	                      "\"aes128gcm16-ecp256\", \"aes128gcm16\"]"),
+	                 "t.toml", Role::gateway);
+	const auto& esp = c.peers.at(0).ike->esp_proposals;
+	REQUIRE(esp.size() == 4);
+	CHECK(esp[0].pfs == ike::DhGroup::curve25519);
+	CHECK(esp[1].pfs == ike::DhGroup::modp2048);
+	CHECK(esp[1].esn == ike::EsnOffer::yes);
+	CHECK(esp[2].pfs == ike::DhGroup::ecp256);
+	CHECK(!esp[3].pfs);
+	const std::string weak =
+	    error_of(with(kGateway, "\"aes128-sha1-noesn\"", "\"aes128gcm16-modp1024\""));
+	CAPTURE(weak);
+	CHECK(weak.find("t.toml:13: esp_proposals entry 'aes128gcm16-modp1024': 'modp1024' is refused") !=
+	      std::string::npos);
+	CHECK(error_of(with(kGateway, "\"aes128-sha1-noesn\"", "\"aes128gcm16-modp1536\""))
+	          .find("1536-bit MODP is too weak") != std::string::npos);
+}
+
 TEST_CASE("a client peer of a gateway with an address pool may leave allowed_ips out") {
 	const std::string text =
 	    with(kGateway, "allowed_ips = [\"10.77.0.10/32\", \"192.168.9.0/24\"]\n", "");

@@ -52,9 +52,76 @@ TEST_CASE("ESP proposal strings name the six suites, with ESN choices") {
 	CHECK(s->esn == EsnOffer::yes);
 	CHECK(parse_esp_proposal("aes128-sha1-noesn", err)->esn == EsnOffer::no);
 	CHECK(!parse_esp_proposal("aes128-md5", err));
-	CHECK(!parse_esp_proposal("aes128gcm16-x25519", err));
-	CHECK(err.find("perfect forward secrecy") != std::string::npos);
 	CHECK(!parse_esp_proposal("aes192-sha1", err));
+}
+
+TEST_CASE("ESP proposal strings take a key exchange group for PFS, weak ones refused") {
+	std::string err;
+	auto x = parse_esp_proposal("aes128gcm16-x25519", err);
+	REQUIRE(x);
+	CHECK(x->cipher == crypto::Cipher::aes128_gcm);
+	CHECK(x->pfs == DhGroup::curve25519);
+	CHECK(esp_suite_name(*x) == "aes128gcm16-x25519");
+	auto m = parse_esp_proposal("aes256-sha256-modp2048-esn", err);
+	REQUIRE(m);
+	CHECK(m->cipher == crypto::Cipher::aes256_cbc_sha256);
+	CHECK(m->pfs == DhGroup::modp2048);
+	CHECK(m->esn == EsnOffer::yes);
+	CHECK(esp_suite_name(*m) == "aes256-sha256-modp2048-esn");
+	auto e = parse_esp_proposal("aes128gcm16-noesn-ecp256", err); // either order, as strongSwan
+	REQUIRE(e);
+	CHECK(e->pfs == DhGroup::ecp256);
+	CHECK(e->esn == EsnOffer::no);
+	CHECK(!parse_esp_proposal("aes128gcm16", err)->pfs);
+	CHECK(!parse_esp_proposal("aes128gcm16-modp1024", err));
+	CHECK(err.find("'modp1024' is refused") != std::string::npos);
+	CHECK(!parse_esp_proposal("aes128gcm16-x25519-ecp256", err));
+	CHECK(err.find("two key exchange groups") != std::string::npos);
+	CHECK(!parse_esp_proposal("aes128gcm16-ecp384", err));
+	CHECK(err.find("perfect forward secrecy") != std::string::npos);
+	CHECK(!parse_esp_proposal("x25519", err));
+}
+
+TEST_CASE("PFS groups are left out in IKE_AUTH and must match in CREATE_CHILD_SA") {
+	std::string err;
+	std::vector<EspSuite> pfs{*parse_esp_proposal("aes128gcm16-x25519", err),
+	                          *parse_esp_proposal("aes128gcm16", err)};
+	std::vector<EspSuite> plain{*parse_esp_proposal("aes128gcm16", err)};
+	// IKE_AUTH: no group in the offer, and the two collapse into one proposal.
+	SaPayload auth = esp_offer(pfs, 0x1111, ChildExchange::ike_auth);
+	REQUIRE(auth.proposals.size() == 1);
+	CHECK(describe_offer(auth) == "aes128gcm16-esn/noesn");
+	// A PFS-only offer (as strongSwan's IKE_AUTH would be if it kept groups)
+	// is still fine in IKE_AUTH: the group is ignored there.
+	std::vector<EspSuite> only_pfs{pfs[0]};
+	SaPayload with_group = esp_offer(only_pfs, 0x2222, ChildExchange::create_child_sa);
+	CHECK(describe_offer(with_group) == "aes128gcm16-x25519-esn/noesn");
+	auto in_auth = choose_esp(with_group, plain, ChildExchange::ike_auth);
+	REQUIRE(in_auth);
+	CHECK(!in_auth->pfs);
+	// CREATE_CHILD_SA: a PFS-only offer against a policy without PFS fails,
+	// a mixed offer picks the PFS proposal for a PFS policy.
+	CHECK(!choose_esp(with_group, plain, ChildExchange::create_child_sa));
+	SaPayload mixed = esp_offer(pfs, 0x3333, ChildExchange::create_child_sa);
+	REQUIRE(mixed.proposals.size() == 2);
+	auto c = choose_esp(mixed, only_pfs, ChildExchange::create_child_sa);
+	REQUIRE(c);
+	CHECK(c->pfs == DhGroup::curve25519);
+	CHECK(c->reply.number == 1);
+	auto accepted = accept_esp(SaPayload{{c->reply}}, pfs, ChildExchange::create_child_sa);
+	REQUIRE(accepted);
+	CHECK(accepted->pfs == DhGroup::curve25519);
+	auto np = choose_esp(mixed, plain, ChildExchange::create_child_sa);
+	REQUIRE(np);
+	CHECK(!np->pfs);
+	CHECK(np->reply.number == 2);
+	// Another group than ours does not match.
+	std::vector<EspSuite> ecp{*parse_esp_proposal("aes128gcm16-ecp256", err)};
+	CHECK(!choose_esp(with_group, ecp, ChildExchange::create_child_sa));
+	CHECK(rekey_group(pfs, std::nullopt) == DhGroup::curve25519);
+	CHECK(rekey_group(plain, DhGroup::ecp256) == std::nullopt);
+	std::vector<EspSuite> two{pfs[0], ecp[0]};
+	CHECK(rekey_group(two, DhGroup::ecp256) == DhGroup::ecp256);
 }
 
 TEST_CASE("a responder picks the initiator's first acceptable proposal") {
@@ -77,17 +144,20 @@ TEST_CASE("a responder picks the initiator's first acceptable proposal") {
 }
 
 TEST_CASE("ESP choice honours ESN offers and the SPI comes from the proposal") {
-	std::vector<EspSuite> offer{{crypto::Cipher::aes128_cbc_sha1, EsnOffer::no}};
-	auto c = choose_esp(esp_offer(offer, 0xc0ffee01), default_esp_proposals());
+	std::vector<EspSuite> offer{{crypto::Cipher::aes128_cbc_sha1, EsnOffer::no, std::nullopt}};
+	auto c = choose_esp(esp_offer(offer, 0xc0ffee01, ChildExchange::ike_auth), default_esp_proposals(),
+	                    ChildExchange::ike_auth);
 	REQUIRE(c);
 	CHECK(c->cipher == crypto::Cipher::aes128_cbc_sha1);
 	CHECK(!c->esn);
 	CHECK(c->peer_spi == 0xc0ffee01);
-	std::vector<EspSuite> yes{{crypto::Cipher::aes128_gcm, EsnOffer::yes}};
-	std::vector<EspSuite> no{{crypto::Cipher::aes128_gcm, EsnOffer::no}};
-	CHECK(!choose_esp(esp_offer(yes, 0x1234), no));
-	auto both = choose_esp(esp_offer(default_esp_proposals(), 0x1234), yes);
+	std::vector<EspSuite> yes{{crypto::Cipher::aes128_gcm, EsnOffer::yes, std::nullopt}};
+	std::vector<EspSuite> no{{crypto::Cipher::aes128_gcm, EsnOffer::no, std::nullopt}};
+	CHECK(!choose_esp(esp_offer(yes, 0x1234, ChildExchange::create_child_sa), no,
+	                  ChildExchange::create_child_sa));
+	auto both = choose_esp(esp_offer(default_esp_proposals(), 0x1234, ChildExchange::ike_auth), yes,
+	                       ChildExchange::ike_auth);
 	REQUIRE(both);
 	CHECK(both->esn);
-	CHECK(describe_offer(esp_offer(offer, 1)) == "aes128-sha1-noesn");
+	CHECK(describe_offer(esp_offer(offer, 1, ChildExchange::ike_auth)) == "aes128-sha1-noesn");
 }
