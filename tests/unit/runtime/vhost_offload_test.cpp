@@ -8,9 +8,8 @@
 // back to direct writes. The "tun" for direct writes is a SOCK_SEQPACKET pair.
 #include "apps/common/vhost_tun_port.hpp"
 
-#include "platform/vhost_net.hpp"
+#include "tests/unit/runtime/vhost_bed.hpp"
 #include "tests/unit/tunnel/offload_test_util.hpp"
-#include "tests/unit/virtio/device_model.hpp"
 #include "tunnel/esp_wire.hpp"
 
 #include <cstring>
@@ -30,43 +29,9 @@ namespace {
 
 constexpr uint32_t kQ = 64; // a 64 KiB super-packet takes ~43 MTU buffers
 
-struct Bed {
-	platform::UniqueFd tun_port_end, tun_test_end;
-	platform::UniqueFd rx_kick = platform::make_eventfd(), rx_call = platform::make_eventfd(),
-	                   tx_kick = platform::make_eventfd();
-	TunIoStats stats;
-	VhostPortParams params;
-	platform::MappedRegion region;
-	std::unique_ptr<VhostTunPort> port;
-	std::unique_ptr<DeviceModel> rx_dev, tx_dev;
-
-	explicit Bed(unsigned direct_write_max, uint32_t q = kQ) {
-		int sv[2];
-		REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
-		tun_port_end.reset(sv[0]);
-		tun_test_end.reset(sv[1]);
-		// Room for a merged 64 KiB write on the socket pair.
-		int big = 1 << 20;
-		REQUIRE(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big) == 0);
-		params.queue_size = q;
-		params.buf_size = VhostTunPort::buffer_size(1500);
-		params.direct_write_max = direct_write_max;
-		params.tun_fd = tun_port_end.get();
-		params.rx_kick = rx_kick.get();
-		params.rx_call = rx_call.get();
-		params.tx_kick = tx_kick.get();
-		params.vnet_hdr = true;
-		region = platform::MappedRegion(VhostTunPort::region_bytes(q, params.buf_size));
-		port = std::make_unique<VhostTunPort>(region.span(), params, stats);
-		rx_dev = std::make_unique<DeviceModel>(ring_base(platform::kVhostRxQueue),
-		                                       port->rx_queue().layout());
-		tx_dev = std::make_unique<DeviceModel>(ring_base(platform::kVhostTxQueue),
-		                                       port->tx_queue().layout());
+struct Bed : test::VhostBed {
+	explicit Bed(unsigned direct_write_max, uint32_t q = kQ) : VhostBed(direct_write_max, q, true) {
 		port->start();
-	}
-
-	uint8_t* ring_base(unsigned q) const {
-		return static_cast<uint8_t*>(const_cast<void*>(port->vring(q).desc));
 	}
 
 	/// vhost's handle_rx() with MRG_RXBUF: [@h][@pkt] over as many RX buffers

@@ -9,7 +9,7 @@
 
 #include "apps/common/data_plane.hpp"
 #include "platform/vhost_net.hpp"
-#include "tests/unit/virtio/device_model.hpp"
+#include "tests/unit/runtime/vhost_bed.hpp"
 #include "tunnel/esp_wire.hpp"
 
 #include <algorithm>
@@ -36,39 +36,8 @@ std::vector<uint8_t> packet(size_t len, uint8_t seed) {
 	return p;
 }
 
-struct Bed {
-	platform::UniqueFd tun_port_end, tun_test_end;
-	platform::UniqueFd rx_kick = platform::make_eventfd(), rx_call = platform::make_eventfd(),
-	                   tx_kick = platform::make_eventfd();
-	TunIoStats stats;
-	VhostPortParams params;
-	platform::MappedRegion region;
-	std::unique_ptr<VhostTunPort> port;
-	std::unique_ptr<DeviceModel> rx_dev, tx_dev;
-
-	explicit Bed(unsigned direct_write_max) {
-		int sv[2];
-		REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
-		tun_port_end.reset(sv[0]);
-		tun_test_end.reset(sv[1]);
-		params.queue_size = kQ;
-		params.buf_size = VhostTunPort::buffer_size(1500);
-		params.direct_write_max = direct_write_max;
-		params.tun_fd = tun_port_end.get();
-		params.rx_kick = rx_kick.get();
-		params.rx_call = rx_call.get();
-		params.tx_kick = tx_kick.get();
-		region = platform::MappedRegion(VhostTunPort::region_bytes(kQ, params.buf_size));
-		port = std::make_unique<VhostTunPort>(region.span(), params, stats);
-		auto dev = [&](unsigned q) {
-			const platform::VringAddrs a = port->vring(q);
-			auto* base = static_cast<uint8_t*>(const_cast<void*>(a.desc));
-			const auto& layout = q == 0 ? port->rx_queue().layout() : port->tx_queue().layout();
-			return std::make_unique<DeviceModel>(base, layout);
-		};
-		rx_dev = dev(platform::kVhostRxQueue);
-		tx_dev = dev(platform::kVhostTxQueue);
-	}
+struct Bed : test::VhostBed {
+	explicit Bed(unsigned direct_write_max) : VhostBed(direct_write_max, kQ, false) {}
 
 	/// eventfd counter (0 when it was not signalled)
 	static uint64_t drain(int fd) {

@@ -5,6 +5,7 @@
 // writes raw, corrupt used entries for the validation tests.
 #pragma once
 
+#include "virtio/split_queue.hpp"
 #include "virtio/virtio_ring_layout.hpp"
 
 #include <atomic>
@@ -131,6 +132,15 @@ private:
 	uint16_t last_avail_;     ///< next avail entry to take (VHOST_SET_VRING_BASE)
 	uint16_t shadow_used_;    ///< used->idx including unflushed entries
 	uint16_t signalled_used_; ///< used->idx at the last signal decision
+};
+
+/// A driver's queue of @n entries, its memory, and the device model on it.
+struct QueueFixture {
+	explicit QueueFixture(uint32_t n)
+	    : mem(ring_layout(n)->total_bytes), q(mem.span(), n), dev(mem.data(), q.layout()) {}
+	AlignedRegion mem;
+	SplitQueue q;
+	DeviceModel dev;
 };
 
 } // namespace esptun::virtio::test

@@ -19,12 +19,8 @@ namespace {
 using test::AlignedRegion;
 using test::DeviceModel;
 
-struct Fixture {
-	explicit Fixture(uint32_t n)
-	    : mem(ring_layout(n)->total_bytes), q(mem.span(), n), dev(mem.data(), q.layout()) {}
-	AlignedRegion mem;
-	SplitQueue q;
-	DeviceModel dev;
+struct Fixture : test::QueueFixture {
+	using QueueFixture::QueueFixture;
 
 	/// The chain from head @id as the device reads it: (addr, len) per piece.
 	std::vector<std::pair<uint64_t, uint32_t>> walk(uint16_t id) const {

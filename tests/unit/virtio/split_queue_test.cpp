@@ -21,13 +21,7 @@ using test::DeviceModel;
 constexpr uint64_t kBufBase = 0x7f0000000000; ///< fake device addresses: nothing dereferences them
 
 /// A queue, its memory and the device model playing vhost on it.
-struct Fixture {
-	explicit Fixture(uint32_t n)
-	    : mem(ring_layout(n)->total_bytes), q(mem.span(), n), dev(mem.data(), q.layout()) {}
-	AlignedRegion mem;
-	SplitQueue q;
-	DeviceModel dev;
-};
+using Fixture = test::QueueFixture;
 
 uint64_t splitmix64(uint64_t& s) {
 	uint64_t z = (s += 0x9e3779b97f4a7c15);
