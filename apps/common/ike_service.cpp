@@ -434,6 +434,12 @@ void IkeService::write_status(JsonWriter& j) const {
 		j.end_object();
 	}
 	j.end_array();
+	auto strings = [](JsonWriter& w, const char* key, const std::vector<std::string>& list) {
+		w.key(key).begin_array();
+		for (const std::string& v : list)
+			w.value(v);
+		w.end_array();
+	};
 	auto hex = [](uint64_t v, int digits) {
 		char buf[24];
 		std::snprintf(buf, sizeof buf, "%0*llx", digits, static_cast<unsigned long long>(v));
@@ -454,13 +460,8 @@ void IkeService::write_status(JsonWriter& j) const {
 		j.field("ike_rekeys", s.ike_rekeys);
 		j.field("behind_nat", s.behind_nat);
 		j.field("rekey_in_s", s.rekey_in_s);
-		for (auto [key, list] :
-		     {std::pair{"virtual_ips", &s.virtual_ips}, std::pair{"dns", &s.dns}}) {
-			j.key(key).begin_array();
-			for (const std::string& a : *list)
-				j.value(a);
-			j.end_array();
-		}
+		strings(j, "virtual_ips", s.virtual_ips);
+		strings(j, "dns", s.dns);
 		j.key("children").begin_array();
 		for (const ike::ChildStatus& ch : s.children) {
 			j.begin_object();
@@ -472,13 +473,8 @@ void IkeService::write_status(JsonWriter& j) const {
 			j.field("age_s", ch.age_s);
 			j.field("sending", ch.sending);
 			j.field("rekey_in_s", ch.rekey_in_s);
-			for (auto [key, list] :
-			     {std::pair{"local_ts", &ch.local_ts}, std::pair{"remote_ts", &ch.remote_ts}}) {
-				j.key(key).begin_array();
-				for (const std::string& t : *list)
-					j.value(t);
-				j.end_array();
-			}
+			strings(j, "local_ts", ch.local_ts);
+			strings(j, "remote_ts", ch.remote_ts);
 			j.end_object();
 		}
 		j.end_array();

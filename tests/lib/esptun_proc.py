@@ -50,6 +50,14 @@ class Endpoint:
         raise TestError(f"{os.path.basename(self.binary)} did not answer status within "
                         f"{timeout}s ({last}); log:\n{netns.tail(self.log)}")
 
+    def status_or_empty(self):
+        """status_or_empty() - status(), or {} when it does not answer (for
+        failure reports, where the status is a detail)."""
+        try:
+            return self.status()
+        except TestError:
+            return {}
+
     def status(self):
         """status() - the parsed status JSON; TestError when it does not answer."""
         try:

@@ -382,11 +382,7 @@ def wait_client_up(rep, tag, s):
         st = netns.wait_until(up, ESTABLISH_TIMEOUT, interval=0.1,
                               what=f"{s.label}'s IKE SA established and {vip} on {s.tun}")
     except TestError as e:
-        st = {}
-        try:
-            st = s.ep.status()
-        except TestError:
-            pass
+        st = s.ep.status_or_empty()
         rep.check(False, f"[{tag}] {s.label} ({s.local_id}): IKE SA established and {vip} on "
                   f"{s.tun} within {ESTABLISH_TIMEOUT} s ({str(e).splitlines()[0]})",
                   f"ike: {short(st.get('ike'))}\n{s.tun}: {s.ns.inet_addrs(s.tun)}\n"

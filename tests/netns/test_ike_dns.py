@@ -162,11 +162,7 @@ def wait_dns_applied(rep, ctx):
                               what="an established IKE SA and ike.dns_applied in the client's "
                                    "status")
     except TestError as e:
-        st = {}
-        try:
-            st = ctx.cl.status()
-        except TestError:
-            pass
+        st = ctx.cl.status_or_empty()
         raise TestError(f"{str(e).splitlines()[0]}\nclient ike: {json.dumps(st.get('ike'))[:800]}\n"
                         f"client log:\n{netns.tail(ctx.cl.log, 15)}")
     rep.info(f"IKE SA up and DNS applied {time.monotonic() - t0:.2f} s after the client answered")

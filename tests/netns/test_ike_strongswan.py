@@ -1867,11 +1867,7 @@ def rw_established(rep, tag, case, A, B, t0):
                                                 what="esptun-client's status to show the IKE "
                                                      "SA established with a CHILD_SA")
     except TestError as e:
-        st = {}
-        try:
-            st = A.ep.status()
-        except TestError:
-            pass
+        st = A.ep.status_or_empty()
         rep.check(False, f"[{tag}] esptun-client: IKE SA of {PEER!r} established with a "
                   f"CHILD_SA within {ESTABLISH_TIMEOUT} s ({str(e).splitlines()[0]})",
                   f"ike: {json.dumps(st.get('ike'))[:2000]}\nlog:\n{netns.tail(A.ep.log, 15)}")

@@ -90,4 +90,15 @@ inline IkeSuite suite_of(const Record& r) {
 	return s;
 }
 
+/// check_keys() - the seven IKE SA keys of @k equal @r's sk_* fields (hex).
+inline void check_keys(const IkeKeys& k, const Record& r) {
+	CHECK(to_hex(k.sk_d) == r.str("sk_d"));
+	CHECK(to_hex(k.sk_ai) == r.str("sk_ai"));
+	CHECK(to_hex(k.sk_ar) == r.str("sk_ar"));
+	CHECK(to_hex(k.sk_ei) == r.str("sk_ei"));
+	CHECK(to_hex(k.sk_er) == r.str("sk_er"));
+	CHECK(to_hex(k.sk_pi) == r.str("sk_pi"));
+	CHECK(to_hex(k.sk_pr) == r.str("sk_pr"));
+}
+
 } // namespace esptun::ike::crypto_test

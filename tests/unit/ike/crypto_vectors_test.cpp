@@ -16,16 +16,6 @@ const std::vector<Record>& vectors() {
 	return v;
 }
 
-void check_keys(const IkeKeys& k, const Record& r) {
-	CHECK(to_hex(k.sk_d) == r.str("sk_d"));
-	CHECK(to_hex(k.sk_ai) == r.str("sk_ai"));
-	CHECK(to_hex(k.sk_ar) == r.str("sk_ar"));
-	CHECK(to_hex(k.sk_ei) == r.str("sk_ei"));
-	CHECK(to_hex(k.sk_er) == r.str("sk_er"));
-	CHECK(to_hex(k.sk_pi) == r.str("sk_pi"));
-	CHECK(to_hex(k.sk_pr) == r.str("sk_pr"));
-}
-
 /// from_hex_u64() - an SPI written as 16 hex digits.
 uint64_t spi(const Record& r, const char* name) { return r.num(name, 16); }
 
