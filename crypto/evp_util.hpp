@@ -15,7 +15,13 @@ struct CipherCtxFree {
 /// EVP_CIPHER_CTX_free also wipes the expanded key schedule.
 using CipherCtx = std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree>;
 
-/// new_cipher_ctx() - a keyed context for @cipher with OpenSSL padding off.
+/// direct_cipher() - OpenSSL's built-in implementation of @cipher as a method
+/// table, driven by EVP without the provider's per-call parameter passing
+/// (see evp_util.cpp). Same output; created once per cipher, never freed.
+const EVP_CIPHER* direct_cipher(const EVP_CIPHER* cipher);
+
+/// new_cipher_ctx() - a keyed context for direct_cipher(@cipher) with OpenSSL
+/// padding off.
 /// Throws std::runtime_error when OpenSSL refuses (set-up time only).
 CipherCtx new_cipher_ctx(const EVP_CIPHER* cipher, const uint8_t* key, bool encrypt);
 
