@@ -42,10 +42,10 @@ namespace detail {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
 constexpr std::string_view kTunnelKeys[] = {
-    "interface",      "addresses", "listen",           "mtu",          "tun_io",
-    "control_socket", "route_all", "direct_write_max", "crypto_impl",  "udp_gso",
-    "socket_buffer",  "state_dir", "tun_offload",      "workers",      "io_engine",
-    "udp_gro",        "ike_port",  "local_id",         "address_pool", "dns"};
+    "interface", "addresses",        "listen",      "mtu",       "tun_io",        "control_socket",
+    "route_all", "direct_write_max", "crypto_impl", "udp_gso",   "socket_buffer", "busy_poll_us",
+    "state_dir", "tun_offload",      "workers",     "io_engine", "udp_gro",       "ike_port",
+    "local_id",  "address_pool",     "dns"};
 constexpr std::string_view kPeerKeys[] = {
     "name",     "endpoint",     "allowed_ips", "cipher",        "esn",       "replay_window", "out",
     "in",       "psk",          "psk_file",    "local_id",      "remote_id", "ike_proposals", "esp_proposals",
@@ -365,6 +365,15 @@ void Loader::parse_tunnel(const toml::table& t) {
 			                  std::to_string(kMaxSocketBuffer) + " (1 GiB) bytes (default " +
 			                  std::to_string(kDefaultSocketBuffer) + ")");
 		tc.socket_buffer = static_cast<uint32_t>(v->value);
+	}
+
+	if (auto v = get_int(t, "busy_poll_us", where)) {
+		if (v->value < 0 || v->value > kMaxBusyPollUs)
+			fail(v->line, "busy_poll_us " + std::to_string(v->value) +
+			                  " is out of range; use 0 (off) up to " +
+			                  std::to_string(kMaxBusyPollUs) + " microseconds (default " +
+			                  std::to_string(kDefaultBusyPollUs) + ")");
+		tc.busy_poll_us = static_cast<uint32_t>(v->value);
 	}
 
 	if (auto v = get_bool(t, "route_all", where)) {

@@ -28,6 +28,9 @@ inline constexpr uint32_t kDefaultSocketBuffer = 4u << 20;
 inline constexpr uint32_t kMinSocketBuffer = 64u << 10;
 inline constexpr uint32_t kMaxSocketBuffer = 1u << 30;
 inline constexpr uint32_t kMaxWorkers = 64;
+/// [tunnel] busy_poll_us: default and upper limit (microseconds).
+inline constexpr uint32_t kDefaultBusyPollUs = 0;
+inline constexpr uint32_t kMaxBusyPollUs = 1000;
 inline constexpr uint16_t kDefaultIkePort = 500; // RFC 7296 section 2
 inline constexpr uint32_t kDefaultDpdInterval = 30;
 inline constexpr size_t kMinPskLen = 16;
@@ -104,7 +107,12 @@ struct TunnelConfig {
 	/// Underlay batching: recvmmsg/sendmmsg or io_uring (platform/udp_engine.hpp)
 	IoEngine io_engine = IoEngine::automatic;
 	uint32_t socket_buffer = kDefaultSocketBuffer; ///< bytes, each direction
-	std::string control_socket;                    ///< default /run/esptun/<interface>.sock
+	/// After a pass that moved packets, a worker polls this long for more
+	/// before it sleeps (a sleeping worker costs its waker an IPI and itself a
+	/// wake-up): lower latency for more CPU time. 0 (default) = sleep at
+	/// once. Off when the process has only one CPU.
+	uint32_t busy_poll_us = kDefaultBusyPollUs;
+	std::string control_socket; ///< default /run/esptun/<interface>.sock
 	/// Where outbound sequence numbers are kept across restarts
 	/// (<state_dir>/<interface>.seq, apps/common/seq_state.hpp)
 	std::string state_dir = "/var/lib/esptun";

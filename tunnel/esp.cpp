@@ -80,8 +80,8 @@ bool inner_address(std::span<const uint8_t> pkt, bool source, IpAddress& out) no
 	return false;
 }
 
-OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t inner_len,
-                           size_t worker) noexcept {
+OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t inner_len, size_t worker,
+                           RouteCache* routes) noexcept {
 	if (buf.size() < esp::kHeadroom + esp::kTailroom ||
 	    inner_len > buf.size() - esp::kHeadroom - esp::kTailroom)
 		return out_drop(Drop::too_big);
@@ -90,7 +90,7 @@ OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t 
 	// 1. Which peer: the longest allowed_ips match of the inner destination.
 	IpAddress dst;
 	if (!inner_address(inner, false, dst)) return out_drop(Drop::malformed);
-	Peer* peer = table.route(dst);
+	Peer* peer = routes ? routes->route(table, dst) : table.route(dst);
 	if (!peer) return out_drop(Drop::no_route);
 	// Its current SA: none before the first key exchange. Replaced at a
 	// rekey, but this one stays valid until the worker leaves the table
@@ -143,7 +143,7 @@ OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t 
 }
 
 InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const Endpoint& src, int64_t now_ms,
-                          size_t worker) noexcept {
+                          size_t worker, RouteCache* routes) noexcept {
 	// 1. Not ESP: NAT keepalive or an IKE packet behind the non-ESP marker
 	// (RFC 3948 sections 2.2, 2.3). A zero SPI is never valid ESP.
 	if (dgram.size() == 1 && dgram[0] == esp::kNatKeepalive) return in_ignore(Ignore::nat_keepalive);
@@ -214,7 +214,8 @@ InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const 
 
 	// 6. The inner source must be one the peer may use (its allowed_ips).
 	IpAddress source;
-	if (!inner_address(inner, true, source) || table.route(source) != peer)
+	if (!inner_address(inner, true, source) ||
+	    (routes ? routes->route(table, source) : table.route(source)) != peer)
 		return in_drop(Drop::policy, peer);
 
 	// 7. Last-packet time and roaming.

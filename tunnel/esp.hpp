@@ -48,10 +48,12 @@ struct InboundResult {
  * @table:     the SA table
  * @buf:       a packet buffer; the inner packet starts at esp::kHeadroom
  * @inner_len: length of the inner packet
+ * @worker:    whose transforms to use
+ * @routes:    the worker's route cache for this pass, or nullptr
  * Return: forward with the datagram (a subspan of @buf), or the drop reason.
  */
-OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t inner_len,
-                           size_t worker = 0) noexcept;
+OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t inner_len, size_t worker = 0,
+                           RouteCache* routes = nullptr) noexcept;
 
 /**
  * decapsulate() - check, authenticate and decrypt one received datagram in place.
@@ -59,9 +61,11 @@ OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t 
  * @dgram:   the UDP payload as received
  * @src:     where it came from (becomes the peer's endpoint if it moved)
  * @now_ms:  wall-clock milliseconds, for the peer's last-packet time
+ * @worker:  whose transforms to use
+ * @routes:  the worker's route cache for this pass (the inner source check), or nullptr
  */
 InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const Endpoint& src, int64_t now_ms,
-                          size_t worker = 0) noexcept;
+                          size_t worker = 0, RouteCache* routes = nullptr) noexcept;
 
 /// Parses the destination (or source) address of an IPv4/IPv6 packet; false if malformed.
 bool inner_address(std::span<const uint8_t> pkt, bool source, IpAddress& out) noexcept;

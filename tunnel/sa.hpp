@@ -404,4 +404,30 @@ private:
 	std::random_device random_;
 };
 
+/**
+ * RouteCache - SaTable::route()'s last answer, for the runs of packets to
+ * (or from) one address that a worker's pass mostly is: one comparison
+ * instead of a prefix lookup per packet. Routes change between passes
+ * (address pool leases), so the data path clears it when a pass starts;
+ * within a pass it answers as the table did at the pass's first packet to
+ * that address.
+ */
+class RouteCache {
+public:
+	Peer* route(const SaTable& table, const IpAddress& addr) noexcept {
+		if (!valid_ || !(addr == addr_)) {
+			addr_ = addr;
+			peer_ = table.route(addr);
+			valid_ = true;
+		}
+		return peer_;
+	}
+	void clear() noexcept { valid_ = false; }
+
+private:
+	IpAddress addr_{};
+	Peer* peer_ = nullptr;
+	bool valid_ = false;
+};
+
 } // namespace esptun

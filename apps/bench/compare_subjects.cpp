@@ -109,7 +109,20 @@ public:
 	EsptunSubject(std::string mode, int net, uint16_t port)
 	    : Subject("esptun-" + mode, std::string(kEspCipher) + ", tun_io " + mode), mode_(std::move(mode)),
 	      net_(net), port_(port) {}
-	std::string family() const override { return "esptun"; }
+	/// A variant of esptun-@mode whose workers busy-poll for @us, so one run
+	/// measures what busy_poll_us buys; only when named in --peers.
+	static std::unique_ptr<EsptunSubject> with_busy_poll(std::string mode, int net, uint16_t port,
+	                                                     int us) {
+		auto s = std::unique_ptr<EsptunSubject>(new EsptunSubject(
+		    "esptun-" + mode + "-busypoll",
+		    std::string(kEspCipher) + ", tun_io " + mode + ", busy_poll_us " + std::to_string(us),
+		    mode, net, port));
+		s->busy_poll_us_ = us;
+		s->iface_tag_ = 'p';
+		return s;
+	}
+	std::string family() const override { return busy_poll_us_ < 0 ? "esptun" : name(); }
+	bool in_default_set() const override { return busy_poll_us_ < 0; }
 	std::string dst() const override { return "10.99." + std::to_string(net_) + ".2"; }
 	std::string src() const override { return "10.99." + std::to_string(net_) + ".1"; }
 
@@ -147,11 +160,14 @@ protected:
 			std::ostringstream c;
 			c << "# esptun-bench compare: " << name() << ", side " << s.tag << " (random keys)\n"
 			  << "[tunnel]\n"
-			  << "interface = \"ce" << mode_[0] << t.run_id() << s.tag << "\"\n"
+			  << "interface = \"ce" << (iface_tag_ ? iface_tag_ : mode_[0]) << t.run_id() << s.tag
+			  << "\"\n"
 			  << "addresses = [\"" << net << (s.tag == 'a' ? 1 : 2) << "/24\"]\n"
 			  << "listen = \"0.0.0.0:" << port_ << "\"\n"
 			  << "mtu = 0\n"
 			  << "tun_io = \"" << mode_ << "\"\n"
+			  << (busy_poll_us_ < 0 ? ""
+			                        : "busy_poll_us = " + std::to_string(busy_poll_us_) + "\n")
 			  << "control_socket = \"" << base
 			  << ".sock\"\n"
 			  // Sequence state in the run's scratch folder, removed with it.
@@ -176,9 +192,14 @@ protected:
 	}
 
 private:
+	EsptunSubject(std::string name, std::string what, std::string mode, int net, uint16_t port)
+	    : Subject(std::move(name), std::move(what)), mode_(std::move(mode)), net_(net), port_(port) {}
+
 	std::string mode_;
 	int net_;
 	uint16_t port_;
+	int busy_poll_us_ = -1; ///< -1: the gateway's default
+	char iface_tag_ = 0;    ///< interface name letter instead of the mode's first
 };
 
 // --- wireguard-go, configured with wg(8) --------------------------------------
@@ -495,6 +516,7 @@ std::vector<std::unique_ptr<Subject>> make_subjects() {
 	v.push_back(std::make_unique<VethSubject>());
 	v.push_back(std::make_unique<EsptunSubject>("direct", 1, 4501));
 	v.push_back(std::make_unique<EsptunSubject>("vhost", 2, 4502));
+	v.push_back(EsptunSubject::with_busy_poll("direct", 7, 4507, 50));
 	v.push_back(std::make_unique<WireguardSubject>());
 	v.push_back(std::make_unique<OpenvpnSubject>(true));
 	v.push_back(std::make_unique<OpenvpnSubject>(false));

@@ -56,6 +56,8 @@ public:
 	const std::string& detail() const noexcept { return detail_; }
 	/// family() - the --peers name that selects it ("esptun" for both modes)
 	virtual std::string family() const { return name_; }
+	/// in_default_set() - measured without --peers (false: only when named)
+	virtual bool in_default_set() const { return true; }
 
 	/// availability() - installed and usable here? (no side effects)
 	virtual Availability availability(const SubjectEnv& env) const = 0;

@@ -34,6 +34,12 @@
 namespace esptun {
 namespace {
 
+int64_t monotonic_ns() noexcept {
+	timespec ts{};
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 int64_t wall_ms() noexcept {
 	timespec ts{};
 	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
@@ -82,17 +88,37 @@ int DataPlane::watch(int fd, bool edge, uint64_t source) noexcept {
 	return epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) == 0 ? 0 : errno;
 }
 
+void DataPlane::set_busy_poll(std::chrono::microseconds us) noexcept {
+	busy_poll_ns_ = us.count() > 0 ? int64_t(us.count()) * 1000 : 0;
+}
+
+int DataPlane::busy_poll(std::span<epoll_event> evs, TunIoStats& io) noexcept {
+	io.busy_polls.add();
+	const int64_t until = monotonic_ns() + busy_poll_ns_;
+	for (;;) {
+		io.polls.add();
+		const int n = epoll_wait(epoll_.get(), evs.data(), int(evs.size()), 0);
+		if (n > 0) io.busy_poll_hits.add();
+		if (n != 0 || monotonic_ns() >= until) return n;
+	}
+}
+
 int DataPlane::run(int stop_fd) noexcept {
 	if (int err = watch(stop_fd, false, kStop)) return err;
 	TunIoStats& io = tun_.io_stats();
 	std::array<epoll_event, 3> evs{};
+	bool worked = false; // the last pass had something to do
 	for (;;) {
 		// A vhost RX ring can hold work without its eventfd firing (a full
 		// batch left entries behind, or they came in while re-arming).
 		const bool sleep = tun_.can_sleep();
-		io.polls.add();
-		if (sleep) io.poll_waits.add();
-		const int n = epoll_wait(epoll_.get(), evs.data(), int(evs.size()), sleep ? -1 : 0);
+		int n = sleep && worked && busy_poll_ns_ ? busy_poll(evs, io) : 0;
+		if (n == 0) {
+			io.polls.add();
+			if (sleep) io.poll_waits.add();
+			n = epoll_wait(epoll_.get(), evs.data(), int(evs.size()), sleep ? -1 : 0);
+		}
+		worked = n > 0 || !sleep;
 		if (n < 0) {
 			if (errno == EINTR) continue;
 			return errno; // EBADF/EFAULT/EINVAL: a bug, nothing sane left to do
@@ -117,10 +143,12 @@ int DataPlane::run(int stop_fd) noexcept {
 
 void DataPlane::outbound_batch() noexcept {
 	const size_t got = tun_.read_batch(tun_packets_);
+	routes_.clear();
 	size_t n = 0;
 	for (size_t i = 0; i < got; i++) {
 		stats_.tun_rx_packets.add();
-		OutboundResult res = encapsulate(table_, tun_packets_[i].buf, tun_packets_[i].len, worker_);
+		OutboundResult res =
+		    encapsulate(table_, tun_packets_[i].buf, tun_packets_[i].len, worker_, &routes_);
 		if (res.verdict != Verdict::forward) {
 			stats_.drop(res.drop);
 			continue;
@@ -154,6 +182,7 @@ void DataPlane::inbound_batch() noexcept {
 	platform::BatchResult r = udp_.recv_batch(slots);
 	if (r.count == 0) return;
 	int64_t now = wall_ms();
+	routes_.clear();
 	size_t n = 0;
 	auto flush = [&] {
 		if (n == 0) return;
@@ -176,8 +205,8 @@ void DataPlane::inbound_batch() noexcept {
 		for (size_t off = 0; off < slot.len || off == 0; off += step) {
 			stats_.udp_rx_packets.add();
 			const size_t len = std::min(step, slot.len - off);
-			InboundResult res =
-			    decapsulate(table_, slot.buf.subspan(off, len), slot.from, now, worker_);
+			InboundResult res = decapsulate(table_, slot.buf.subspan(off, len), slot.from, now,
+			                                worker_, &routes_);
 			if (res.verdict == Verdict::drop) {
 				stats_.drop(res.drop);
 			} else if (res.verdict == Verdict::ignore) {

@@ -13,7 +13,10 @@
 #include "tunnel/sa.hpp"
 
 #include <array>
+#include <chrono>
 #include <memory>
+#include <span>
+#include <sys/epoll.h>
 
 namespace esptun {
 
@@ -60,6 +63,21 @@ public:
 	/// @inbox for the control thread; without one they are only counted.
 	void set_ike_inbox(IkeInbox* inbox) noexcept { ike_inbox_ = inbox; }
 
+	/**
+	 * set_busy_poll() - after a pass that found work, poll for up to @us
+	 * before sleeping (0: sleep at once, the default). Call before run().
+	 *
+	 * A worker asleep in epoll_wait() is woken by whoever queues the next
+	 * packet: in a VM that is an IPI and a halted vCPU to restart, paid by
+	 * the sender's system call, and the packet waits for it. Traffic that
+	 * keeps coming finds the worker still polling. Idle tunnels never poll:
+	 * only a pass that moved something starts a window.
+	 */
+	void set_busy_poll(std::chrono::microseconds us) noexcept;
+
+	/// The tun port's counters, with this loop's epoll_wait() calls in them.
+	const TunIoStats& io_stats() noexcept { return tun_.io_stats(); }
+
 private:
 	enum Source : uint64_t { kTun, kUdp, kStop }; ///< epoll_event.data of each watched fd
 
@@ -68,6 +86,9 @@ private:
 	void watch_sources();
 	/// Adds @fd to the epoll set, edge-triggered when @edge. Return: 0 or errno.
 	int watch(int fd, bool edge, uint64_t source) noexcept;
+	/// epoll_wait() without blocking until something is ready or the busy
+	/// poll time is up. Return: as epoll_wait() (0: nothing came).
+	int busy_poll(std::span<epoll_event> evs, TunIoStats& io) noexcept;
 
 	const SaTable& table_;
 	std::unique_ptr<TunPort> owned_tun_;             ///< only with the tun_fd constructor
@@ -81,6 +102,8 @@ private:
 	std::array<platform::SendSlot, kBatch> send_slots_{};
 	std::array<TunWrite, kBatch> tun_writes_{};
 	platform::UniqueFd epoll_;
+	int64_t busy_poll_ns_ = 0;
+	RouteCache routes_; ///< cleared at the start of each batch
 };
 
 } // namespace esptun

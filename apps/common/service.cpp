@@ -337,6 +337,11 @@ void run_service(const conf::Config& config, const std::string& program) {
 	info.tun_io_mode = tun_io.mode;
 	info.tun_io_reason = tun_io.reason;
 	info.direct_write_max = tc.direct_write_max;
+	// Polling only pays when someone else can run meanwhile: with one CPU
+	// the packet the worker waits for cannot arrive while it spins.
+	info.busy_poll_us = usable_cpus() > 1 ? tc.busy_poll_us : 0;
+	if (tc.busy_poll_us && !info.busy_poll_us)
+		log::info("busy_poll_us: off (this process may use one CPU only)");
 	if (tc.tun_io == conf::TunIo::automatic && !tun_io.vhost)
 		log::info("tun I/O: direct (" + info.tun_io_reason + ")");
 
@@ -433,6 +438,7 @@ void run_service(const conf::Config& config, const std::string& program) {
 		else if (!wk->vhost)
 			wk->direct.emplace(wk->queue.fd.get(), &wk->tun_stats);
 		wk->plane = std::make_unique<DataPlane>(table, wk->port(), *wk->engine, wk->stats, w);
+		wk->plane->set_busy_poll(std::chrono::microseconds(info.busy_poll_us));
 	}
 
 	// 6b. IKEv2 for peers with a psk: its port (UDP 500) is bound here, so a

@@ -125,6 +125,8 @@ void write_tun_io(JsonWriter& j, const ServiceInfo& info) {
 	j.field("kick", t.rx_kicks.get() + t.tx_kicks.get());
 	j.end_object();
 	j.field("polls", t.polls.get()).field("poll_waits", t.poll_waits.get());
+	j.field("busy_poll_us", uint64_t(info.busy_poll_us));
+	j.field("busy_polls", t.busy_polls.get()).field("busy_poll_hits", t.busy_poll_hits.get());
 	j.end_object();
 }
 

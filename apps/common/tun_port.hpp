@@ -39,10 +39,12 @@ struct TunIoStats {
 	// retry inside the platform wrapper is not counted). Kick eventfd writes
 	// are rx_kicks + tx_kicks: each is exactly one write(). The call eventfd
 	// is never read (see read_fd_signals_only()).
-	Counter tun_reads;  ///< read() on the tun fd, including the one that returns EAGAIN
-	Counter tun_writes; ///< write() on the tun fd (direct mode, vhost direct writes)
-	Counter polls;      ///< epoll_wait() calls of the data plane's loop
-	Counter poll_waits; ///< those of them that could block (no work known to be waiting)
+	Counter tun_reads;      ///< read() on the tun fd, including the one that returns EAGAIN
+	Counter tun_writes;     ///< write() on the tun fd (direct mode, vhost direct writes)
+	Counter polls;          ///< epoll_wait() calls of the data plane's loop
+	Counter poll_waits;     ///< those of them that could block (no work known to be waiting)
+	Counter busy_polls;     ///< times the loop polled (busy_poll_us) instead of sleeping at once
+	Counter busy_poll_hits; ///< of them, those that found work before the time was up
 	// tun offloads (OffloadTunPort): super-packets both ways.
 	Counter gso_reads;    ///< super-packets read from the tun (TSO/USO)
 	Counter gso_segments; ///< packets they were cut into
@@ -65,6 +67,8 @@ struct TunIoStats {
 		                            {&tun_writes, &o.tun_writes},
 		                            {&polls, &o.polls},
 		                            {&poll_waits, &o.poll_waits},
+		                            {&busy_polls, &o.busy_polls},
+		                            {&busy_poll_hits, &o.busy_poll_hits},
 		                            {&gso_reads, &o.gso_reads},
 		                            {&gso_segments, &o.gso_segments},
 		                            {&gro_writes, &o.gro_writes},

@@ -208,6 +208,28 @@ def body(rep, build):
     rep.section("nothing left behind")
     check_nothing_left(rep, "finished run", run_id, before)
 
+    rep.section("a variant measured only when named: esptun-direct-busypoll")
+    before = root_state()
+    cmd = [bench, "compare", "--quick", "--peers", "esptun-direct,esptun-direct-busypoll",
+           "--out-dir", os.path.join(tmp, "busypoll")]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise TestError(f"esptun-bench compare did not finish within {TIMEOUT} s")
+    print(p.stdout, flush=True)
+    rep.check(p.returncode == 0, "compare --peers esptun-direct,esptun-direct-busypoll exits 0",
+              f"exit {p.returncode}: {p.stderr}")
+    with open(os.path.join(tmp, "busypoll", "compare.json")) as f:
+        named = {s["name"]: s for s in json.load(f)["subjects"]}
+    rep.equal(sorted(named), ["esptun-direct", "esptun-direct-busypoll"], "exactly the named subjects")
+    bp = named.get("esptun-direct-busypoll", {})
+    rep.check(bp.get("status") == "ok" and (bp.get("tcp1_gbps") or 0) > 0 and not bp.get("errors"),
+              "esptun-direct-busypoll: started and carried TCP", f"{bp}")
+    rep.check("busy_poll_us 50" in json.dumps(bp), "its row says busy_poll_us 50", f"{bp}")
+    m = re.search(r"esptun-cmp-(\d+)-a", p.stdout)
+    rep.require(m, "the variant run started")
+    check_nothing_left(rep, "variant run", m.group(1), before)
+
     rep.section("SIGTERM in the middle of the measurements")
     before = root_state()
     proc = subprocess.Popen([bench, "compare", "--quick", "--peers", "esptun,wireguard-go,strongswan",

@@ -12,6 +12,7 @@
 #include "runtime_test_util.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <doctest/doctest.h>
 #include <openssl/rand.h>
 #include <poll.h>
@@ -258,4 +259,76 @@ TEST_CASE("running data planes forward across rekeys, and the SAs they replaced 
 	run_b.join();
 	CHECK(err_a == 0);
 	CHECK(err_b == 0);
+}
+
+TEST_CASE("after a pass with work, a data plane polls for busy_poll before it sleeps") {
+	auto k_ab = random_bytes(20), k_ba = random_bytes(20);
+	Endpoint loopback{IpAddress::v4(0x7f000001), 0};
+	platform::UdpSocket udp_b = platform::UdpSocket::bind(loopback);
+	platform::UdpSocket sender = platform::UdpSocket::bind(loopback);
+	Endpoint ep_b = udp_b.local_endpoint();
+	SaTable table_a({test::gcm_peer("b", ep_b, "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)});
+	SaTable table_b(
+	    {test::gcm_peer("a", sender.local_endpoint(), "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)});
+	FakeTun tun_b;
+	DataPathStats stats_b;
+	DataPlane plane_b(table_b, tun_b.plane_end.get(), udp_b, stats_b);
+	// One ESP datagram to B; true once its inner packet came out of tun B.
+	std::vector<uint8_t> buf(esp::kBufferSize), out(2048);
+	auto deliver = [&] {
+		auto pkt = ipv4_packet(0x0a630001, 0x0a630002, 100);
+		std::copy(pkt.begin(), pkt.end(), buf.begin() + esp::kHeadroom);
+		OutboundResult res = encapsulate(table_a, buf, pkt.size());
+		REQUIRE(res.verdict == Verdict::forward);
+		platform::SendSlot slot{res.datagram, ep_b};
+		REQUIRE(sender.send_batch({&slot, 1}).count == 1);
+		return test::wait_readable(tun_b.test_end.get()) &&
+		       read(tun_b.test_end.get(), out.data(), out.size()) == ssize_t(pkt.size());
+	};
+	platform::UniqueFd stop = platform::make_eventfd();
+	int err = -1;
+	const TunIoStats& io = plane_b.io_stats();
+
+	SUBCASE("traffic that keeps coming finds the loop polling, not asleep") {
+		// Windows far longer than the test needs between two packets.
+		plane_b.set_busy_poll(std::chrono::milliseconds(1500));
+		std::thread run([&] { err = plane_b.run(stop.get()); });
+		CHECK(deliver());
+		CHECK(deliver());
+		CHECK(deliver());
+		platform::eventfd_signal(stop.get());
+		run.join();
+		// Asleep only before the first packet; each packet after it, and the
+		// stop, came during a window.
+		CHECK(io.poll_waits.get() == 1);
+		CHECK(io.busy_polls.get() == 3);
+		CHECK(io.busy_poll_hits.get() == 3);
+		CHECK(io.polls.get() >= 4);
+	}
+	SUBCASE("a window that finds nothing ends in sleep") {
+		plane_b.set_busy_poll(std::chrono::milliseconds(20));
+		std::thread run([&] { err = plane_b.run(stop.get()); });
+		CHECK(deliver());
+		CHECK(eventually([&] { return io.poll_waits.get() == 2; }));
+		CHECK(io.busy_polls.get() == 1);
+		CHECK(io.busy_poll_hits.get() == 0);
+		CHECK(deliver());
+		platform::eventfd_signal(stop.get());
+		run.join();
+	}
+	SUBCASE("without busy_poll the loop sleeps between packets") {
+		std::thread run([&] { err = plane_b.run(stop.get()); });
+		CHECK(deliver());
+		CHECK(eventually([&] { return io.poll_waits.get() == 2; }));
+		CHECK(deliver());
+		CHECK(eventually([&] { return io.poll_waits.get() == 3; }));
+		platform::eventfd_signal(stop.get());
+		run.join();
+		CHECK(io.busy_polls.get() == 0);
+		CHECK(io.polls.get() == io.poll_waits.get());
+	}
+	CHECK(err == 0);
+	CHECK(stats_b.tun_tx_packets.get() >= 2);
+	for (size_t i = 0; i < kDropReasons; i++)
+		CHECK(stats_b.drops[i].get() == 0);
 }

@@ -100,6 +100,40 @@ TEST_CASE("a lease is a host route in the SA table, ahead of allowed_ips, checke
 	CHECK(table.route(ip4(10, 77, 0, 9)) == &s);
 }
 
+TEST_CASE("RouteCache answers as the table did for the same address until cleared") {
+	PeerParams site;
+	site.name = "site";
+	site.allowed_ips = {prefix(ip4(10, 77, 0, 0), 24)};
+	site.keyed_statically = false;
+	PeerParams other;
+	other.name = "other";
+	other.allowed_ips = {prefix(ip4(10, 78, 0, 0), 16)};
+	other.keyed_statically = false;
+	PeerParams client;
+	client.name = "client";
+	client.keyed_statically = false;
+	SaTable table({site, other, client});
+	table.set_address_pool(AddressPool({prefix(ip4(10, 77, 0, 8), 29)}, {}));
+	Peer& s = *table.peers()[0];
+	Peer& o = *table.peers()[1];
+	Peer& c = *table.peers()[2];
+	RouteCache cache;
+	// Each new address is looked up: alternating ones never get a stale answer.
+	for (int i = 0; i < 3; i++) {
+		CHECK(cache.route(table, ip4(10, 77, 0, 9)) == &s);
+		CHECK(cache.route(table, ip4(10, 78, 3, 4)) == &o);
+		CHECK(cache.route(table, ip4(10, 79, 0, 1)) == nullptr);
+		CHECK(cache.route(table, ip6(0xfd00, 9, 0, 1)) == nullptr);
+	}
+	CHECK(cache.route(table, ip4(10, 77, 0, 9)) == &s);
+	REQUIRE(str(table.address_pool().lease(c, Family::v4)) == "10.77.0.9");
+	// Within a pass the cache keeps the answer it had; the next pass clears it.
+	CHECK(cache.route(table, ip4(10, 77, 0, 9)) == &s);
+	cache.clear();
+	CHECK(cache.route(table, ip4(10, 77, 0, 9)) == &c);
+	CHECK(cache.route(table, ip4(10, 77, 0, 10)) == &s);
+}
+
 TEST_CASE("readers see a lease whole or not at all while it changes") {
 	AddressPool pool({prefix(ip4(10, 77, 0, 0), 28)}, {});
 	Peer peers[4];
