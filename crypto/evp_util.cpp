@@ -9,8 +9,8 @@
 // the built-in method table is a "method" cipher (EVP_ORIG_METH), which EVP
 // drives with direct calls into OpenSSL's own AES code (crypto/evp/e_aes.c,
 // the same AES-NI and stitched AES-GCM assembly), without the parameter
-// round trips: on this machine about 150 ns less per AES-GCM packet at any
-// size (`esptun-bench crypto` shows both, docs/crypto-bench.md). The unit
+// round trips: on this machine 160-410 ns less per AES-GCM packet
+// (`esptun-bench crypto` shows both, docs/crypto-bench.md). The unit
 // tests check every suite's output against the provider's ciphers.
 #define OPENSSL_SUPPRESS_DEPRECATED
 #include "crypto/evp_util.hpp"
