@@ -17,7 +17,7 @@ using CipherCtx = std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree>;
 
 /// direct_cipher() - OpenSSL's built-in implementation of @cipher as a method
 /// table, driven by EVP without the provider's per-call parameter passing
-/// (see evp_util.cpp). Same output; created once per cipher, never freed.
+/// (see evp_util.cpp). Same output; created once per cipher, freed at exit.
 const EVP_CIPHER* direct_cipher(const EVP_CIPHER* cipher);
 
 /// new_cipher_ctx() - a keyed context for direct_cipher(@cipher) with OpenSSL
