@@ -9,6 +9,26 @@ using namespace esptun;
 using namespace esptun::ike;
 using namespace esptun::ike::test;
 
+namespace {
+
+/// Brings @p up, then both sides start a CHILD_SA rekey at the same tick,
+/// before either hears from the other; runs both to the end, keys checked.
+void collide_child_rekeys(Pair& p) {
+	p.a->start(p.now);
+	p.pump();
+	p.check_mbb = true;
+	p.now += std::chrono::seconds(11);
+	p.a->tick(p.now);
+	p.b->tick(p.now);
+	REQUIRE(p.ha.out.size() == 1);
+	REQUIRE(p.hb.out.size() == 1);
+	p.pump();
+	p.advance(std::chrono::seconds(2));
+	check_keys_cross(p.ha, p.hb);
+}
+
+} // namespace
+
 TEST_CASE("CHILD_SA rekeys by either side replace the SA make-before-break") {
 	for (int who : {0, 1}) {
 		CAPTURE(who);
@@ -59,18 +79,7 @@ TEST_CASE("simultaneous CHILD_SA rekeys leave exactly one new SA on both sides")
 	for (int trial = 0; trial < 8; trial++) {
 		CAPTURE(trial);
 		Pair p = rekey_pair(10, 0, 10, 0);
-		p.a->start(p.now);
-		p.pump();
-		p.check_mbb = true;
-		// Both rekeys start before either side hears from the other.
-		p.now += std::chrono::seconds(11);
-		p.a->tick(p.now);
-		p.b->tick(p.now);
-		REQUIRE(p.ha.out.size() == 1);
-		REQUIRE(p.hb.out.size() == 1);
-		p.pump();
-		p.advance(std::chrono::seconds(2));
-		check_keys_cross(p.ha, p.hb);
+		collide_child_rekeys(p);
 		CHECK(p.mbb_violations == 0);
 		CHECK(p.ha.reserved.empty());
 		CHECK(p.hb.reserved.empty());
@@ -267,17 +276,7 @@ TEST_CASE("simultaneous CHILD_SA rekeys with PFS leave one new SA with matching 
 	for (int trial = 0; trial < 4; trial++) {
 		CAPTURE(trial);
 		Pair p = pfs_pair({"aes128gcm16-x25519"}, {"aes128gcm16-x25519"}, 10, 10);
-		p.a->start(p.now);
-		p.pump();
-		p.check_mbb = true;
-		p.now += std::chrono::seconds(11);
-		p.a->tick(p.now);
-		p.b->tick(p.now);
-		REQUIRE(p.ha.out.size() == 1);
-		REQUIRE(p.hb.out.size() == 1);
-		p.pump();
-		p.advance(std::chrono::seconds(2));
-		check_keys_cross(p.ha, p.hb);
+		collide_child_rekeys(p);
 		CHECK(child_pfs(*p.a, p.now) == "x25519");
 		CHECK(p.mbb_violations == 0);
 		CHECK(p.ha.reserved.empty());

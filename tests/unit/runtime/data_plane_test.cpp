@@ -60,6 +60,36 @@ std::vector<uint8_t> ipv4_packet(uint32_t src, uint32_t dst, size_t payload_len)
 	return p;
 }
 
+/**
+ * struct Receiver - data plane B behind loopback UDP, and what A would send
+ * it: ESP datagrams sealed with A's outbound SA, sent from a plain socket.
+ */
+struct Receiver {
+	std::vector<uint8_t> k_ab = random_bytes(20), k_ba = random_bytes(20);
+	platform::UdpSocket udp_b = platform::UdpSocket::bind(Endpoint{IpAddress::v4(0x7f000001), 0});
+	platform::UdpSocket sender = platform::UdpSocket::bind(Endpoint{IpAddress::v4(0x7f000001), 0});
+	Endpoint ep_b = udp_b.local_endpoint();
+	SaTable table_a{{test::gcm_peer("b", ep_b, "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)}};
+	SaTable table_b{
+	    {test::gcm_peer("a", sender.local_endpoint(), "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)}};
+	FakeTun tun_b;
+	DataPathStats stats_b;
+	DataPlane plane_b{table_b, tun_b.plane_end.get(), udp_b, stats_b};
+	std::vector<uint8_t> buf = std::vector<uint8_t>(esp::kBufferSize);
+
+	/// @inner sealed for B in buf (the datagram is a span of it).
+	std::span<uint8_t> seal(const std::vector<uint8_t>& inner) {
+		std::copy(inner.begin(), inner.end(), buf.begin() + esp::kHeadroom);
+		OutboundResult res = encapsulate(table_a, buf, inner.size());
+		REQUIRE(res.verdict == Verdict::forward);
+		return res.datagram;
+	}
+	void send(std::span<uint8_t> datagram) {
+		platform::SendSlot slot{datagram, ep_b};
+		REQUIRE(sender.send_batch({&slot, 1}).count == 1);
+	}
+};
+
 } // namespace
 
 TEST_CASE("data plane carries a batch of packets through ESP over loopback UDP, in order and intact") {
@@ -115,32 +145,16 @@ TEST_CASE("data plane carries a batch of packets through ESP over loopback UDP, 
 
 TEST_CASE(
     "data plane counts a datagram with a flipped bit as an authentication failure and delivers nothing") {
-	auto k_ab = random_bytes(20), k_ba = random_bytes(20);
-	Endpoint loopback{IpAddress::v4(0x7f000001), 0}; // port 0: the kernel picks
-	platform::UdpSocket udp_b = platform::UdpSocket::bind(loopback);
-	platform::UdpSocket sender = platform::UdpSocket::bind(loopback);
-	Endpoint ep_b = udp_b.local_endpoint();
-	SaTable table_a({test::gcm_peer("b", ep_b, "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)});
-	SaTable table_b(
-	    {test::gcm_peer("a", sender.local_endpoint(), "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)});
-	FakeTun tun_b;
-	DataPathStats stats_b;
-	DataPlane plane_b(table_b, tun_b.plane_end.get(), udp_b, stats_b);
-
-	std::vector<uint8_t> buf(esp::kBufferSize);
-	auto pkt = ipv4_packet(0x0a630001, 0x0a630002, 100);
-	std::copy(pkt.begin(), pkt.end(), buf.begin() + esp::kHeadroom);
-	OutboundResult res = encapsulate(table_a, buf, pkt.size());
-	REQUIRE(res.verdict == Verdict::forward);
-	res.datagram[res.datagram.size() - 1] ^= 0x01;
-	platform::SendSlot slot{res.datagram, ep_b};
-	REQUIRE(sender.send_batch({&slot, 1}).count == 1);
-	REQUIRE(test::wait_readable(udp_b.fd()));
-	plane_b.inbound_batch();
-	CHECK(stats_b.drops_of(Drop::auth_failed) == 1);
-	CHECK(stats_b.tun_tx_packets.get() == 0);
+	Receiver r;
+	std::span<uint8_t> dgram = r.seal(ipv4_packet(0x0a630001, 0x0a630002, 100));
+	dgram[dgram.size() - 1] ^= 0x01;
+	r.send(dgram);
+	REQUIRE(test::wait_readable(r.udp_b.fd()));
+	r.plane_b.inbound_batch();
+	CHECK(r.stats_b.drops_of(Drop::auth_failed) == 1);
+	CHECK(r.stats_b.tun_tx_packets.get() == 0);
 	uint8_t scratch[16];
-	CHECK(read(tun_b.test_end.get(), scratch, sizeof scratch) < 0);
+	CHECK(read(r.tun_b.test_end.get(), scratch, sizeof scratch) < 0);
 }
 
 namespace {
@@ -262,28 +276,16 @@ TEST_CASE("running data planes forward across rekeys, and the SAs they replaced 
 }
 
 TEST_CASE("after a pass with work, a data plane polls for busy_poll before it sleeps") {
-	auto k_ab = random_bytes(20), k_ba = random_bytes(20);
-	Endpoint loopback{IpAddress::v4(0x7f000001), 0};
-	platform::UdpSocket udp_b = platform::UdpSocket::bind(loopback);
-	platform::UdpSocket sender = platform::UdpSocket::bind(loopback);
-	Endpoint ep_b = udp_b.local_endpoint();
-	SaTable table_a({test::gcm_peer("b", ep_b, "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)});
-	SaTable table_b(
-	    {test::gcm_peer("a", sender.local_endpoint(), "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)});
-	FakeTun tun_b;
-	DataPathStats stats_b;
-	DataPlane plane_b(table_b, tun_b.plane_end.get(), udp_b, stats_b);
+	Receiver r;
+	DataPlane& plane_b = r.plane_b;
+	DataPathStats& stats_b = r.stats_b;
 	// One ESP datagram to B; true once its inner packet came out of tun B.
-	std::vector<uint8_t> buf(esp::kBufferSize), out(2048);
+	std::vector<uint8_t> out(2048);
 	auto deliver = [&] {
 		auto pkt = ipv4_packet(0x0a630001, 0x0a630002, 100);
-		std::copy(pkt.begin(), pkt.end(), buf.begin() + esp::kHeadroom);
-		OutboundResult res = encapsulate(table_a, buf, pkt.size());
-		REQUIRE(res.verdict == Verdict::forward);
-		platform::SendSlot slot{res.datagram, ep_b};
-		REQUIRE(sender.send_batch({&slot, 1}).count == 1);
-		return test::wait_readable(tun_b.test_end.get()) &&
-		       read(tun_b.test_end.get(), out.data(), out.size()) == ssize_t(pkt.size());
+		r.send(r.seal(pkt));
+		return test::wait_readable(r.tun_b.test_end.get()) &&
+		       read(r.tun_b.test_end.get(), out.data(), out.size()) == ssize_t(pkt.size());
 	};
 	platform::UniqueFd stop = platform::make_eventfd();
 	int err = -1;
