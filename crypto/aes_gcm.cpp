@@ -34,10 +34,21 @@ void wipe_after_header(std::span<uint8_t> esp) noexcept {
 
 } // namespace
 
-AesGcmTransform::AesGcmTransform(const CipherSpec& spec, std::span<const uint8_t> key, bool esn)
+std::string_view gcm_variant() noexcept { return vaes::supported() ? "vaes" : "evp"; }
+
+AesGcmTransform::AesGcmTransform(const CipherSpec& spec, std::span<const uint8_t> key, bool esn, GcmImpl impl)
     : spec_(cipher_spec(check_gcm_spec(spec, key).id)), esn_(esn) {
 	const size_t aes_len = key.size() - kGcmSaltLen;
 	std::copy_n(key.begin() + ptrdiff_t(aes_len), kGcmSaltLen, salt_.begin());
+	if (impl == GcmImpl::vaes && !vaes::supported())
+		throw std::runtime_error("AES-GCM with VAES needs AVX-512 (F, BW, VL), VAES and VPCLMULQDQ, "
+		                         "which this CPU or OS does not offer");
+	if (impl != GcmImpl::evp && vaes::supported()) {
+		vaes_ = std::make_unique<vaes::GcmKey>();
+		if (!vaes::init(*vaes_, key.data(), aes_len))
+			throw std::invalid_argument("wrong AES key length");
+		return;
+	}
 	enc_ = detail::new_cipher_ctx(gcm_cipher(aes_len), key.data(), true);
 	dec_ = detail::new_cipher_ctx(gcm_cipher(aes_len), key.data(), false);
 	// The default GCM nonce length is 12 bytes, which is salt (4) + IV (8).
@@ -82,6 +93,9 @@ void AesGcmTransform::seal_with_iv(std::span<uint8_t> esp, uint64_t seq,
 	const size_t aad_len = build_aad(esp, uint32_t(seq >> 32), aad);
 	const auto n = nonce(esp.data() + l.iv_off);
 	uint8_t* p = esp.data() + l.payload_off;
+	if (vaes_)
+		return vaes::seal(*vaes_, n.data(), aad.data(), aad_len, p, l.payload_len,
+		                  esp.data() + l.icv_off);
 	EVP_CIPHER_CTX* c = enc_.get();
 	int out = 0, aad_out = 0, fin = 0;
 	const bool ok =
@@ -101,6 +115,9 @@ bool AesGcmTransform::open(std::span<uint8_t> esp, uint32_t seq_hi) noexcept {
 	const size_t aad_len = build_aad(esp, seq_hi, aad);
 	const auto n = nonce(esp.data() + l.iv_off);
 	uint8_t* p = esp.data() + l.payload_off;
+	if (vaes_)
+		return vaes::open(*vaes_, n.data(), aad.data(), aad_len, p, l.payload_len,
+		                  esp.data() + l.icv_off);
 	EVP_CIPHER_CTX* c = dec_.get();
 	int out = 0, aad_out = 0, fin = 0;
 	// EVP_DecryptFinal_ex compares the tag in constant time and fails on a

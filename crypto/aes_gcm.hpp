@@ -4,17 +4,30 @@
 
 #include "crypto/esp_transform.hpp"
 #include "crypto/evp_util.hpp"
+#include "crypto/gcm_vaes.hpp"
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string_view>
 
 namespace esptun::crypto {
 
 inline constexpr size_t kGcmIvLen = 8;
 inline constexpr size_t kGcmSaltLen = 4;
 inline constexpr size_t kGcmIcvLen = 16;
+
+/// Which AES-GCM code runs the transform.
+enum class GcmImpl : uint8_t {
+	automatic, ///< vaes where vaes::supported(), else evp
+	vaes,      ///< crypto/gcm_vaes.hpp (512-bit VAES + VPCLMULQDQ)
+	evp,       ///< OpenSSL's EVP AES-GCM (AES-NI + PCLMUL), through its method table
+};
+
+/// "vaes" or "evp": what GcmImpl::automatic picks on this CPU.
+std::string_view gcm_variant() noexcept;
 
 /**
  * AesGcmTransform - AES-128/256-GCM with a 16-byte ICV.
@@ -33,14 +46,20 @@ inline constexpr size_t kGcmIcvLen = 16;
 class AesGcmTransform final : public EspTransform {
 public:
 	/// @key: AES key || 4-byte salt (20 or 36 bytes, matching @spec).
+	/// @impl: the code to run (tests and the benchmark pick one explicitly).
 	/// Throws std::invalid_argument on a wrong length or a non-GCM @spec,
-	/// std::runtime_error when OpenSSL set-up fails.
-	AesGcmTransform(const CipherSpec& spec, std::span<const uint8_t> key, bool esn);
+	/// std::runtime_error when OpenSSL set-up fails or @impl is vaes on a
+	/// CPU without it.
+	AesGcmTransform(const CipherSpec& spec, std::span<const uint8_t> key, bool esn,
+	                GcmImpl impl = GcmImpl::automatic);
 	~AesGcmTransform() override;
 
 	const CipherSpec& spec() const noexcept override { return spec_; }
 	void seal(std::span<uint8_t> esp, uint64_t seq) noexcept override;
 	bool open(std::span<uint8_t> esp, uint32_t seq_hi) noexcept override;
+
+	/// "gcm-vaes" or "gcm-evp": the code this transform runs.
+	std::string_view impl_name() const noexcept override { return vaes_ ? "gcm-vaes" : "gcm-evp"; }
 
 	/**
 	 * seal_with_iv() - seal() with a caller-chosen explicit IV. For
@@ -58,6 +77,7 @@ private:
 	const CipherSpec& spec_; // the static table entry, whatever @spec pointed to
 	bool esn_;
 	std::array<uint8_t, kGcmSaltLen> salt_{};
+	std::unique_ptr<vaes::GcmKey> vaes_; ///< set: the VAES code runs; the contexts stay empty
 	detail::CipherCtx enc_;
 	detail::CipherCtx dec_;
 };

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 namespace esptun::crypto {
 
@@ -71,6 +72,7 @@ public:
 	                 std::span<const uint8_t> auth_key, bool esn);
 
 	const CipherSpec& spec() const noexcept override { return spec_; }
+	std::string_view impl_name() const noexcept override { return "two-pass"; }
 	void seal(std::span<uint8_t> esp, uint64_t seq) noexcept override;
 	bool open(std::span<uint8_t> esp, uint32_t seq_hi) noexcept override;
 

@@ -86,13 +86,14 @@ public:
 
 	/**
 	 * impl_name() - which implementation this is, for status and start-up
-	 * logs: "gcm", "two-pass" (EVP AES-CBC then HMAC) or "stitched" (one-pass
-	 * AES-CBC+HMAC, crypto/cbc_hmac_stitched.hpp).
+	 * logs: "gcm-vaes" or "gcm-evp" (crypto/aes_gcm.hpp), "two-pass" (EVP
+	 * AES-CBC then HMAC) or "stitched" (one-pass AES-CBC+HMAC,
+	 * crypto/cbc_hmac_stitched.hpp).
 	 */
-	virtual std::string_view impl_name() const noexcept { return spec().aead ? "gcm" : "two-pass"; }
+	virtual std::string_view impl_name() const noexcept = 0;
 };
 
-/// How to implement the AES-CBC + HMAC suites (GCM has one implementation).
+/// How to implement the AES-CBC + HMAC suites (GCM: GcmImpl, crypto/aes_gcm.hpp).
 /// Config spelling: crypto_impl = "auto" | "stitched" | "two-pass".
 enum class CryptoImpl : uint8_t {
 	automatic, ///< stitched where stitched_supported(), else two-pass

@@ -3,6 +3,7 @@
 #include "apps/bench/crypto_bench_subjects.hpp"
 
 #include "apps/bench/demo_config.hpp"
+#include "crypto/aes_gcm.hpp"
 #include "crypto/esp_transform.hpp"
 #include "tunnel/esp.hpp"
 #include "tunnel/sa.hpp"
@@ -24,14 +25,23 @@ constexpr size_t kTlsExplicitIv = 16; // TLS 1.1+ CBC records start with one (RF
 /**
  * EspSubject - an esptun transform pair (outbound seals, inbound opens) with
  * the same keys, from a one-peer SaTable, on packets built by encapsulate().
+ * @gcm: for a GCM suite, the AES-GCM code to run instead of the one the
+ *       table picked (so both can be measured side by side)
  */
 class EspSubject final : public Subject {
 public:
-	EspSubject(Cipher cipher, CryptoImpl impl)
+	EspSubject(Cipher cipher, CryptoImpl impl, crypto::GcmImpl gcm = crypto::GcmImpl::automatic)
 	    : Subject(std::string(crypto::cipher_spec(cipher).name),
 	              std::string(crypto::cipher_spec(cipher).name), "", false, false),
-	      table_(params(cipher, impl)), peer_(*table_.peers().front()), buf_(esp::kBufferSize),
-	      inner_(random_bytes(kMaxSize)) {
+	      keys_(make_sa_keys(crypto::cipher_spec(cipher))), table_(params(cipher, impl, keys_)),
+	      peer_(*table_.peers().front()), buf_(esp::kBufferSize), inner_(random_bytes(kMaxSize)) {
+		const crypto::CipherSpec& spec = crypto::cipher_spec(cipher);
+		if (spec.aead && gcm != crypto::GcmImpl::automatic) {
+			peer_.out.transforms[0] =
+			    std::make_unique<crypto::AesGcmTransform>(spec, keys_.enc_key, true, gcm);
+			peer_.in->transforms[0] =
+			    std::make_unique<crypto::AesGcmTransform>(spec, keys_.enc_key, true, gcm);
+		}
 		impl_ = std::string(peer_.out.transforms[0]->impl_name());
 		pristine_.resize(esp::kBufferSize);
 		work_.resize(esp::kBufferSize);
@@ -79,9 +89,7 @@ public:
 	}
 
 private:
-	static std::vector<PeerParams> params(Cipher cipher, CryptoImpl impl) {
-		const crypto::CipherSpec& spec = crypto::cipher_spec(cipher);
-		const SaKeys keys = make_sa_keys(spec);
+	static std::vector<PeerParams> params(Cipher cipher, CryptoImpl impl, const SaKeys& keys) {
 		PeerParams p;
 		p.name = "bench";
 		p.endpoint = Endpoint{IpAddress::v4(0xc0000201), esp::kNatTPort};
@@ -103,6 +111,7 @@ private:
 		                                     uint32_t(kFirstSeq >> 32));
 	}
 
+	SaKeys keys_;
 	SaTable table_;
 	Peer& peer_;
 	std::vector<uint8_t> buf_;
@@ -312,7 +321,11 @@ std::vector<std::unique_ptr<Subject>> make_subjects() {
 	const bool stitched = crypto::stitched_supported();
 	for (const crypto::CipherSpec& spec : crypto::all_ciphers()) {
 		if (spec.aead) {
-			v.push_back(std::make_unique<EspSubject>(spec.id, CryptoImpl::automatic));
+			v.push_back(std::make_unique<EspSubject>(spec.id, CryptoImpl::automatic,
+			                                         crypto::GcmImpl::evp));
+			if (crypto::vaes::supported())
+				v.push_back(std::make_unique<EspSubject>(spec.id, CryptoImpl::automatic,
+				                                         crypto::GcmImpl::vaes));
 			continue;
 		}
 		v.push_back(std::make_unique<EspSubject>(spec.id, CryptoImpl::two_pass));

@@ -15,6 +15,7 @@
 #include "apps/common/seq_state.hpp"
 #include "apps/common/tun_port_choice.hpp"
 #include "apps/common/vhost_tun_port.hpp"
+#include "crypto/gcm_vaes.hpp"
 #include "platform/net_config_guard.hpp"
 #include "platform/netlink.hpp"
 #include "platform/sysctl.hpp"
@@ -260,6 +261,17 @@ SeqState open_seq_state(const conf::TunnelConfig& tc, SaTable& table) {
 }
 
 void log_crypto_choice(const conf::Config& config, const SaTable& table) {
+	bool gcm_said = false;
+	for (const auto& peer : table.peers()) {
+		const OutboundSa* sa = peer->outbound();
+		if (!sa || !sa->spec->aead || gcm_said) continue;
+		gcm_said = true;
+		log::info(std::string("crypto: AES-GCM suites use the ") +
+		          std::string(sa->transforms[0]->impl_name()) + " implementation (" +
+		          (crypto::vaes::supported() ? "AVX-512 VAES and VPCLMULQDQ"
+		                                     : "OpenSSL's AES-NI code: this CPU lacks VAES/AVX-512") +
+		          ")");
+	}
 	for (const auto& peer : table.peers()) {
 		const OutboundSa* sa = peer->outbound();
 		if (!sa || sa->spec->aead) continue;

@@ -21,6 +21,16 @@ SUITES = {
 }
 
 
+def gcm_impl():
+    """gcm_impl() - the AES-GCM code esptun must pick here ("crypto_impl" in
+    its status): "gcm-vaes" where /proc/cpuinfo lists AVX-512 F/BW/VL, VAES
+    and VPCLMULQDQ, else "gcm-evp"."""
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    need = {"avx512f", "avx512bw", "avx512vl", "vaes", "vpclmulqdq", "aes", "pclmulqdq"}
+    return "gcm-vaes" if need.issubset(flags) else "gcm-evp"
+
+
 @dataclass
 class SaKeys:
     """One SA direction: SPI and key material (GCM: key || 4-byte salt in enc)."""

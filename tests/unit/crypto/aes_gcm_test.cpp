@@ -87,74 +87,88 @@ const std::vector<GcmCase> kCases = {
      "01020201", "437f866bcb3f699fe9b0822bac961c4504bef270"},
 };
 
+/// The implementations this CPU runs (gcm_vaes_test.cpp checks the detection).
+std::vector<GcmImpl> impls() {
+	std::vector<GcmImpl> v{GcmImpl::evp};
+	if (vaes::supported()) v.push_back(GcmImpl::vaes);
+	return v;
+}
+
 } // namespace
 
 TEST_CASE("GCM seal and open match the draft-mcgrew-gcm-test-01 ESP test cases (ESN and 32-bit AAD)") {
-	for (const auto& c : kCases) {
-		CAPTURE(c.name);
-		const CipherSpec& spec = cipher_spec(c.cipher);
-		AesGcmTransform t(spec, hex(c.key_and_salt), c.esn);
-		const Bytes plain = hex(c.plain);
-		const Bytes want = hex(c.cipher_and_tag);
-		REQUIRE(want.size() == plain.size() + kGcmIcvLen);
+	for (GcmImpl impl : impls())
+		for (const auto& c : kCases) {
+			CAPTURE(c.name);
+			const CipherSpec& spec = cipher_spec(c.cipher);
+			AesGcmTransform t(spec, hex(c.key_and_salt), c.esn, impl);
+			CAPTURE(t.impl_name());
+			const Bytes plain = hex(c.plain);
+			const Bytes want = hex(c.cipher_and_tag);
+			REQUIRE(want.size() == plain.size() + kGcmIcvLen);
 
-		Bytes esp = esp_packet(spec, c.spi, c.seq, plain);
-		const Bytes iv = hex(c.iv);
-		t.seal_with_iv(esp, c.seq, std::span<const uint8_t, kGcmIvLen>(iv.data(), kGcmIvLen));
-		CHECK(to_hex(esp.data() + 8, kGcmIvLen) == to_hex(iv));
-		CHECK(to_hex(esp.data() + 8 + kGcmIvLen, want.size()) == to_hex(want));
+			Bytes esp = esp_packet(spec, c.spi, c.seq, plain);
+			const Bytes iv = hex(c.iv);
+			t.seal_with_iv(esp, c.seq, std::span<const uint8_t, kGcmIvLen>(iv.data(), kGcmIvLen));
+			CHECK(to_hex(esp.data() + 8, kGcmIvLen) == to_hex(iv));
+			CHECK(to_hex(esp.data() + 8 + kGcmIvLen, want.size()) == to_hex(want));
 
-		// A receiver with the same key opens the vector's packet.
-		AesGcmTransform rx(spec, hex(c.key_and_salt), c.esn);
-		Bytes wire = esp;
-		REQUIRE(rx.open(wire, uint32_t(c.seq >> 32)));
-		CHECK(payload_of(spec, wire) == plain);
-	}
+			// A receiver with the same key opens the vector's packet.
+			AesGcmTransform rx(spec, hex(c.key_and_salt), c.esn, impl);
+			Bytes wire = esp;
+			REQUIRE(rx.open(wire, uint32_t(c.seq >> 32)));
+			CHECK(payload_of(spec, wire) == plain);
+		}
 }
 
 TEST_CASE(
     "GCM seal uses the 64-bit sequence number as the explicit IV, checked by an independent EVP decrypt") {
 	std::mt19937_64 rng(4106);
-	for (Cipher cipher : {Cipher::aes128_gcm, Cipher::aes256_gcm}) {
-		for (bool esn : {false, true}) {
-			const CipherSpec& spec = cipher_spec(cipher);
-			CAPTURE(spec.name);
-			CAPTURE(esn);
-			const Bytes key = random_bytes(rng, spec.enc_key_len);
-			AesGcmTransform t(spec, key, esn);
-			const uint64_t seq = esn ? 0x0000000912345678ull : 0x12345678ull;
-			const Bytes plain = random_bytes(rng, 100);
-			Bytes esp = esp_packet(spec, 0xabcdef01, seq, plain);
-			t.seal(esp, seq);
-			CHECK(to_hex(esp.data() + 8, 8) == (esn ? "0000000912345678" : "0000000012345678"));
+	for (GcmImpl impl : impls())
+		for (Cipher cipher : {Cipher::aes128_gcm, Cipher::aes256_gcm}) {
+			for (bool esn : {false, true}) {
+				const CipherSpec& spec = cipher_spec(cipher);
+				CAPTURE(spec.name);
+				CAPTURE(esn);
+				const Bytes key = random_bytes(rng, spec.enc_key_len);
+				AesGcmTransform t(spec, key, esn, impl);
+				CAPTURE(t.impl_name());
+				const uint64_t seq = esn ? 0x0000000912345678ull : 0x12345678ull;
+				const Bytes plain = random_bytes(rng, 100);
+				Bytes esp = esp_packet(spec, 0xabcdef01, seq, plain);
+				t.seal(esp, seq);
+				CHECK(to_hex(esp.data() + 8, 8) ==
+				      (esn ? "0000000912345678" : "0000000012345678"));
 
-			// AAD per RFC 4106 section 5.
-			Bytes aad(esp.begin(), esp.begin() + 4);
-			if (esn) {
-				const Bytes hi = hex("00000009");
-				aad.insert(aad.end(), hi.begin(), hi.end());
+				// AAD per RFC 4106 section 5.
+				Bytes aad(esp.begin(), esp.begin() + 4);
+				if (esn) {
+					const Bytes hi = hex("00000009");
+					aad.insert(aad.end(), hi.begin(), hi.end());
+				}
+				aad.insert(aad.end(), esp.begin() + 4, esp.begin() + 8);
+				Bytes nonce(key.end() - 4, key.end());
+				nonce.insert(nonce.end(), esp.begin() + 8, esp.begin() + 16);
+
+				EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+				REQUIRE(ctx);
+				const EVP_CIPHER* evp =
+				    cipher == Cipher::aes128_gcm ? EVP_aes_128_gcm() : EVP_aes_256_gcm();
+				Bytes out(plain.size());
+				Bytes tag(esp.end() - 16, esp.end());
+				int n = 0, fin = 0;
+				REQUIRE(EVP_DecryptInit_ex2(ctx, evp, key.data(), nonce.data(), nullptr) ==
+				        1);
+				REQUIRE(EVP_DecryptUpdate(ctx, nullptr, &n, aad.data(), int(aad.size())) ==
+				        1);
+				REQUIRE(EVP_DecryptUpdate(ctx, out.data(), &n, esp.data() + 16,
+				                          int(plain.size())) == 1);
+				REQUIRE(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, 16, tag.data()) == 1);
+				CHECK(EVP_DecryptFinal_ex(ctx, out.data() + n, &fin) == 1);
+				EVP_CIPHER_CTX_free(ctx);
+				CHECK(out == plain);
 			}
-			aad.insert(aad.end(), esp.begin() + 4, esp.begin() + 8);
-			Bytes nonce(key.end() - 4, key.end());
-			nonce.insert(nonce.end(), esp.begin() + 8, esp.begin() + 16);
-
-			EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
-			REQUIRE(ctx);
-			const EVP_CIPHER* evp =
-			    cipher == Cipher::aes128_gcm ? EVP_aes_128_gcm() : EVP_aes_256_gcm();
-			Bytes out(plain.size());
-			Bytes tag(esp.end() - 16, esp.end());
-			int n = 0, fin = 0;
-			REQUIRE(EVP_DecryptInit_ex2(ctx, evp, key.data(), nonce.data(), nullptr) == 1);
-			REQUIRE(EVP_DecryptUpdate(ctx, nullptr, &n, aad.data(), int(aad.size())) == 1);
-			REQUIRE(EVP_DecryptUpdate(ctx, out.data(), &n, esp.data() + 16, int(plain.size())) ==
-			        1);
-			REQUIRE(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, 16, tag.data()) == 1);
-			CHECK(EVP_DecryptFinal_ex(ctx, out.data() + n, &fin) == 1);
-			EVP_CIPHER_CTX_free(ctx);
-			CHECK(out == plain);
 		}
-	}
 }
 
 TEST_CASE("the EVP transforms run OpenSSL's built-in method tables, not the provider's") {
