@@ -30,21 +30,39 @@
 // "any value", so the warning is off for this file only.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <cpuid.h>
 #include <immintrin.h>
 
 namespace esptun::crypto::vaes {
 
+namespace {
+
+uint64_t xcr0() noexcept {
+	uint32_t lo = 0, hi = 0;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	return uint64_t(hi) << 32 | lo;
+}
+
+bool detect() noexcept {
+	unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+	if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx) || eax < 7) return false;
+	__cpuid(1, eax, ebx, ecx, edx);
+	const bool aes = ecx & (1u << 25), pclmul = ecx & (1u << 1), osxsave = ecx & (1u << 27);
+	// The OS must save SSE, AVX, opmask and both halves of the ZMM state.
+	if (!aes || !pclmul || !osxsave || (xcr0() & 0xe6) != 0xe6) return false;
+	__cpuid_count(7, 0, eax, ebx, ecx, edx);
+	const bool avx512f = ebx & (1u << 16), avx512bw = ebx & (1u << 30), avx512vl = ebx & (1u << 31);
+	const bool vaes = ecx & (1u << 9), vpclmulqdq = ecx & (1u << 10);
+	return avx512f && avx512bw && avx512vl && vaes && vpclmulqdq;
+}
+
+} // namespace
+
 bool supported() noexcept {
-	static const bool yes = [] {
-		__builtin_cpu_init();
-		// libgcc reports the AVX-512 features only when XCR0 says the OS
-		// saves the opmask and ZMM registers.
-		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("vaes") &&
-		       __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("aes") &&
-		       __builtin_cpu_supports("pclmul");
-	}();
+	static const bool yes = detect();
 	return yes;
 }
 
@@ -53,8 +71,16 @@ GcmKey::~GcmKey() {
 	OPENSSL_cleanse(h_powers.data(), h_powers.size());
 }
 
+// GCC takes a target pragma; clang (the fuzzing build) an attribute applied
+// to every function up to the matching pop.
+#if defined(__clang__)
+#pragma clang attribute push(                                                                                \
+    __attribute__((target("avx512f,avx512bw,avx512vl,vaes,vpclmulqdq,aes,pclmul,sse4.1"))),                  \
+    apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,vaes,vpclmulqdq,aes,pclmul,sse4.1")
+#endif
 
 namespace {
 
@@ -372,7 +398,11 @@ bool open(const GcmKey& k, const uint8_t* nonce, const uint8_t* aad, size_t aad_
 	return CRYPTO_memcmp(want, tag, 16) == 0;
 }
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 } // namespace esptun::crypto::vaes
 
