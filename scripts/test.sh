@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh - the whole suite, as CI runs it (.ci/run), from a fresh machine:
 #   1. setup.sh            install missing packages
-#   2. build/              -DESPTUN_WERROR=ON, then ctest: unit, interop, netns
+#   2. build/              -DESPTUN_WERROR=ON, then ctest: unit, interop, netns,
+#                          vm, bench
 #   3. build-asan/         ASan+UBSan build, unit tests only (ctest -L unit)
 #   4. build-fuzz/         clang libFuzzer build; each fuzz-* target runs
 #                          ESPTUN_FUZZ_SECONDS (default 20) over a copy of
@@ -118,7 +119,7 @@ step "setup" scripts/setup.sh || exit 1
 # The build type is pinned because demo.sh leaves build/ configured as Release.
 if step "build (Werror)" bash -c \
 	"cmake -S . -B build -DESPTUN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build -j$jobs"; then
-	step "ctest build/ (unit, interop, netns)" run_ctest build
+	step "ctest build/ (unit, interop, netns, vm, bench)" run_ctest build
 fi
 
 if step "build-asan (ASan+UBSan, unit tests)" build_asan; then
