@@ -46,10 +46,15 @@ namespace {
 constexpr unsigned bit(unsigned n) { return 1u << n; }
 
 // Word 1 (CPUID.1:ECX).
-constexpr unsigned kSsse3 = bit(9), kXop = bit(11), kFma = bit(12), kAesni = bit(25), kOsxsave = bit(27),
-                   kAvx = bit(28);
+constexpr unsigned kPclmul = bit(1), kSsse3 = bit(9), kXop = bit(11), kFma = bit(12), kAesni = bit(25),
+                   kOsxsave = bit(27), kAvx = bit(28);
 // Word 2 (CPUID.7.0:EBX).
 constexpr unsigned kBmi1 = bit(3), kAvx2 = bit(5), kBmi2 = bit(8), kSha = bit(29);
+// CPUID.7.0: AVX-512 F, BW, VL (EBX); VAES, VPCLMULQDQ (ECX).
+constexpr unsigned kAvx512F = bit(16), kAvx512Bw = bit(30), kAvx512Vl = bit(31);
+constexpr unsigned kVaes = bit(9), kVpclmulqdq = bit(10);
+// XCR0: SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM state.
+constexpr uint64_t kXcr0Zmm = 0xe6;
 // AVX-512 F, DQ, IFMA, PF, ER, CD, BW, VL: never claimed (see above).
 constexpr unsigned kAvx512 = bit(16) | bit(17) | bit(21) | bit(26) | bit(27) | bit(28) | bit(30) | bit(31);
 // Word 0: OpenSSL's "Intel CPU" bit; reserved bits 20 and 30 forced to 0
@@ -108,6 +113,20 @@ X86Features decode(const unsigned cap[4]) noexcept {
 }
 
 } // namespace
+
+bool vaes_avx512() noexcept {
+	static const bool yes = [] {
+		unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+		if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx) || eax < 7) return false;
+		__cpuid(1, eax, ebx, ecx, edx);
+		if ((ecx & (kAesni | kPclmul | kOsxsave)) != (kAesni | kPclmul | kOsxsave)) return false;
+		if ((xgetbv0() & kXcr0Zmm) != kXcr0Zmm) return false;
+		__cpuid_count(7, 0, eax, ebx, ecx, edx);
+		return (ebx & (kAvx512F | kAvx512Bw | kAvx512Vl)) == (kAvx512F | kAvx512Bw | kAvx512Vl) &&
+		       (ecx & (kVaes | kVpclmulqdq)) == (kVaes | kVpclmulqdq);
+	}();
+	return yes;
+}
 
 const X86Features& ia32cap_init() noexcept {
 	static const X86Features features = [] {

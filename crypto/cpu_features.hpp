@@ -32,6 +32,14 @@ struct X86Features {
  */
 const X86Features& ia32cap_init() noexcept;
 
+/**
+ * vaes_avx512() - whether crypto/gcm_vaes.cpp can run here: AVX-512 F, BW
+ * and VL, VAES, VPCLMULQDQ, AES-NI and PCLMULQDQ, with the OS saving the
+ * opmask and both halves of the ZMM state (XCR0). Read from CPUID once; it
+ * does not touch OPENSSL_ia32cap_P, which never claims AVX-512 (see the .cpp).
+ */
+bool vaes_avx512() noexcept;
+
 /// Which variant aesni_cbc_sha1_enc / aesni_cbc_sha256_enc dispatch to, read
 /// from the current OPENSSL_ia32cap_P exactly as their entry code does.
 enum class StitchPath : uint8_t { shaext, avx2, avx, xop, ssse3, none };

@@ -21,6 +21,8 @@
 // AVX-512 copy of an inline function can leak into other code.
 #include "crypto/gcm_vaes.hpp"
 
+#include "crypto/cpu_features.hpp"
+
 #include <cstring>
 #include <openssl/crypto.h>
 
@@ -33,38 +35,11 @@
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-#include <cpuid.h>
 #include <immintrin.h>
 
 namespace esptun::crypto::vaes {
 
-namespace {
-
-uint64_t xcr0() noexcept {
-	uint32_t lo = 0, hi = 0;
-	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-	return uint64_t(hi) << 32 | lo;
-}
-
-bool detect() noexcept {
-	unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-	if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx) || eax < 7) return false;
-	__cpuid(1, eax, ebx, ecx, edx);
-	const bool aes = ecx & (1u << 25), pclmul = ecx & (1u << 1), osxsave = ecx & (1u << 27);
-	// The OS must save SSE, AVX, opmask and both halves of the ZMM state.
-	if (!aes || !pclmul || !osxsave || (xcr0() & 0xe6) != 0xe6) return false;
-	__cpuid_count(7, 0, eax, ebx, ecx, edx);
-	const bool avx512f = ebx & (1u << 16), avx512bw = ebx & (1u << 30), avx512vl = ebx & (1u << 31);
-	const bool vaes = ecx & (1u << 9), vpclmulqdq = ecx & (1u << 10);
-	return avx512f && avx512bw && avx512vl && vaes && vpclmulqdq;
-}
-
-} // namespace
-
-bool supported() noexcept {
-	static const bool yes = detect();
-	return yes;
-}
+bool supported() noexcept { return cpu::vaes_avx512(); }
 
 GcmKey::~GcmKey() {
 	OPENSSL_cleanse(round_keys.data(), round_keys.size());
