@@ -16,6 +16,7 @@
 #include <iterator>
 #include <map>
 #include <sys/stat.h>
+#include <tuple>
 
 namespace esptun::conf {
 
@@ -42,10 +43,10 @@ namespace detail {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
 constexpr std::string_view kTunnelKeys[] = {
-    "interface", "addresses",        "listen",      "mtu",       "tun_io",        "control_socket",
-    "route_all", "direct_write_max", "crypto_impl", "udp_gso",   "socket_buffer", "busy_poll_us",
-    "state_dir", "tun_offload",      "workers",     "io_engine", "udp_gro",       "ike_port",
-    "local_id",  "address_pool",     "dns"};
+    "interface", "addresses",        "listen",      "mtu",         "tun_io",        "control_socket",
+    "route_all", "direct_write_max", "crypto_impl", "udp_gso",     "socket_buffer", "busy_poll_us",
+    "state_dir", "tun_offload",      "workers",     "io_engine",   "udp_gro",       "ike_port",
+    "local_id",  "address_pool",     "dns",         "wake_poll_us"};
 constexpr std::string_view kPeerKeys[] = {
     "name",     "endpoint",     "allowed_ips", "cipher",        "esn",       "replay_window", "out",
     "in",       "psk",          "psk_file",    "local_id",      "remote_id", "ike_proposals", "esp_proposals",
@@ -367,13 +368,17 @@ void Loader::parse_tunnel(const toml::table& t) {
 		tc.socket_buffer = static_cast<uint32_t>(v->value);
 	}
 
-	if (auto v = get_int(t, "busy_poll_us", where)) {
-		if (v->value < 0 || v->value > kMaxBusyPollUs)
-			fail(v->line, "busy_poll_us " + std::to_string(v->value) +
-			                  " is out of range; use 0 (off) up to " +
-			                  std::to_string(kMaxBusyPollUs) + " microseconds (default " +
-			                  std::to_string(kDefaultBusyPollUs) + ")");
-		tc.busy_poll_us = static_cast<uint32_t>(v->value);
+	// Polling windows, in microseconds: 0 (off) up to kMaxPollUs.
+	for (auto [key, field, def] : {std::tuple{"busy_poll_us", &tc.busy_poll_us, kDefaultBusyPollUs},
+	                               std::tuple{"wake_poll_us", &tc.wake_poll_us, kDefaultWakePollUs}}) {
+		if (auto v = get_int(t, key, where)) {
+			if (v->value < 0 || v->value > kMaxPollUs)
+				fail(v->line, std::string(key) + " " + std::to_string(v->value) +
+				                  " is out of range; use 0 (off) up to " +
+				                  std::to_string(kMaxPollUs) + " microseconds (default " +
+				                  std::to_string(def) + ")");
+			*field = static_cast<uint32_t>(v->value);
+		}
 	}
 
 	if (auto v = get_bool(t, "route_all", where)) {

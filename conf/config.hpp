@@ -28,9 +28,10 @@ inline constexpr uint32_t kDefaultSocketBuffer = 4u << 20;
 inline constexpr uint32_t kMinSocketBuffer = 64u << 10;
 inline constexpr uint32_t kMaxSocketBuffer = 1u << 30;
 inline constexpr uint32_t kMaxWorkers = 64;
-/// [tunnel] busy_poll_us: default and upper limit (microseconds).
+/// [tunnel] busy_poll_us and wake_poll_us: defaults and upper limit (microseconds).
 inline constexpr uint32_t kDefaultBusyPollUs = 0;
-inline constexpr uint32_t kMaxBusyPollUs = 1000;
+inline constexpr uint32_t kDefaultWakePollUs = 50;
+inline constexpr uint32_t kMaxPollUs = 1000;
 inline constexpr uint16_t kDefaultIkePort = 500; // RFC 7296 section 2
 inline constexpr uint32_t kDefaultDpdInterval = 30;
 inline constexpr size_t kMinPskLen = 16;
@@ -112,6 +113,12 @@ struct TunnelConfig {
 	/// wake-up): lower latency for more CPU time. 0 (default) = sleep at
 	/// once. Off when the process has only one CPU.
 	uint32_t busy_poll_us = kDefaultBusyPollUs;
+	/// After a pass that followed an idle spell (>= 1 ms asleep), a worker
+	/// polls this long for the answer before it sleeps again: one window per
+	/// idle spell, so bulk traffic never pays and sparse request/answer
+	/// traffic (ping, SSH, DNS) skips a wake-up. 0 = off. Off when the
+	/// process has only one CPU. busy_poll_us, when set, applies instead.
+	uint32_t wake_poll_us = kDefaultWakePollUs;
 	std::string control_socket; ///< default /run/esptun/<interface>.sock
 	/// Where outbound sequence numbers are kept across restarts
 	/// (<state_dir>/<interface>.seq, apps/common/seq_state.hpp)

@@ -41,8 +41,9 @@ const char* const kCompareUsage =
     "                        writes compare.{json,csv,svg} to DIR (default .). Peers: veth,\n"
     "                        esptun, esptun-direct, esptun-vhost, wireguard-go, openvpn,\n"
     "                        openvpn-gcm, openvpn-cbc, strongswan (default all), and, only\n"
-    "                        when named, esptun-direct-busypoll (busy_poll_us = 50). --quick:\n"
-    "                        2 s tests, 50 pings (default 10 s, 200 pings). Needs root.\n";
+    "                        when named, esptun-direct-busypoll (busy_poll_us = 50) and\n"
+    "                        esptun-direct-nowakepoll (wake_poll_us = 0). --quick: 2 s\n"
+    "                        tests, 50 pings (default 10 s, 200 pings). Needs root.\n";
 
 namespace {
 

@@ -108,15 +108,22 @@ std::vector<Ratio> Report::ratios() const {
 std::string table_text(const Report& r) {
 	std::ostringstream t;
 	char line[512];
-	std::snprintf(line, sizeof line, "%-14s %-38s %7s %7s %14s %13s %13s %9s\n", "subject",
+	// Columns as wide as the longest name and description (a variant such as
+	// esptun-direct-nowakepoll is longer than the usual ones).
+	int nw = 14, dw = 38;
+	for (const auto& row : r.rows) {
+		nw = std::max(nw, int(row.name.size()));
+		dw = std::max(dw, int(row.detail.size()));
+	}
+	std::snprintf(line, sizeof line, "%-*s %-*s %7s %7s %14s %13s %13s %9s\n", nw, "subject", dw,
 	              "cipher / mode", "TCP-1", "TCP-4", "UDP-1400", "ping p50/p99", "UDP-RR", "CPU/GB");
 	t << line;
-	std::snprintf(line, sizeof line, "%-14s %-38s %7s %7s %14s %13s %13s %9s\n", "", "", "Gbit/s",
+	std::snprintf(line, sizeof line, "%-*s %-*s %7s %7s %14s %13s %13s %9s\n", nw, "", dw, "", "Gbit/s",
 	              "Gbit/s", "Gbit/s (loss)", "ms", "p50/p99 ms", "s");
 	t << line;
 	for (const auto& row : r.rows) {
 		if (row.status != "ok") {
-			std::snprintf(line, sizeof line, "%-14s %-38s %s: %s\n", row.name.c_str(),
+			std::snprintf(line, sizeof line, "%-*s %-*s %s: %s\n", nw, row.name.c_str(), dw,
 			              row.detail.c_str(), row.status.c_str(), first_line(row.reason).c_str());
 			t << line;
 			continue;
@@ -124,7 +131,7 @@ std::string table_text(const Report& r) {
 		std::string udp =
 		    row.udp_gbps ? fmt(row.udp_gbps, 2) + " (" + fmt(row.udp_loss_pct, 0) + "%)" : "-";
 		std::snprintf(
-		    line, sizeof line, "%-14s %-38s %7s %7s %14s %13s %13s %9s\n", row.name.c_str(),
+		    line, sizeof line, "%-*s %-*s %7s %7s %14s %13s %13s %9s\n", nw, row.name.c_str(), dw,
 		    row.detail.c_str(), fmt(row.tcp1_gbps, 2).c_str(), fmt(row.tcp4_gbps, 2).c_str(),
 		    udp.c_str(), pair(row.ping_p50_ms, row.ping_p99_ms, 3).c_str(),
 		    pair(row.rr_p50_ms, row.rr_p99_ms, 3).c_str(), fmt(row.cpu_s_per_gb, 1).c_str());
@@ -136,7 +143,7 @@ std::string table_text(const Report& r) {
 		  << r.reference
 		  << " relative to each peer (same run; TCP-1 higher is better, CPU/GB lower):\n";
 		for (const auto& q : ratios) {
-			std::snprintf(line, sizeof line, "  vs %-14s TCP-1 x%-8s CPU/GB x%s\n",
+			std::snprintf(line, sizeof line, "  vs %-*s TCP-1 x%-8s CPU/GB x%s\n", nw,
 			              q.peer.c_str(), fmt(q.tcp1, 2).c_str(), fmt(q.cpu_per_gb, 2).c_str());
 			t << line;
 		}

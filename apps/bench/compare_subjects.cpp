@@ -109,20 +109,21 @@ public:
 	EsptunSubject(std::string mode, int net, uint16_t port)
 	    : Subject("esptun-" + mode, std::string(kEspCipher) + ", tun_io " + mode), mode_(std::move(mode)),
 	      net_(net), port_(port) {}
-	/// A variant of esptun-@mode whose workers busy-poll for @us, so one run
-	/// measures what busy_poll_us buys; only when named in --peers.
-	static std::unique_ptr<EsptunSubject> with_busy_poll(std::string mode, int net, uint16_t port,
-	                                                     int us) {
+	/// A variant of esptun-@mode named esptun-@mode-@suffix whose [tunnel]
+	/// also has @line ("key = value"), so one run measures what that setting
+	/// changes; only when named in --peers. @tag: its interface name letter.
+	static std::unique_ptr<EsptunSubject> variant(std::string mode, const std::string& suffix,
+	                                              const std::string& line, char tag, int net,
+	                                              uint16_t port) {
 		auto s = std::unique_ptr<EsptunSubject>(new EsptunSubject(
-		    "esptun-" + mode + "-busypoll",
-		    std::string(kEspCipher) + ", tun_io " + mode + ", busy_poll_us " + std::to_string(us),
-		    mode, net, port));
-		s->busy_poll_us_ = us;
-		s->iface_tag_ = 'p';
+		    "esptun-" + mode + "-" + suffix,
+		    std::string(kEspCipher) + ", tun_io " + mode + ", " + line, mode, net, port));
+		s->extra_line_ = line;
+		s->iface_tag_ = tag;
 		return s;
 	}
-	std::string family() const override { return busy_poll_us_ < 0 ? "esptun" : name(); }
-	bool in_default_set() const override { return busy_poll_us_ < 0; }
+	std::string family() const override { return extra_line_.empty() ? "esptun" : name(); }
+	bool in_default_set() const override { return extra_line_.empty(); }
 	std::string dst() const override { return "10.99." + std::to_string(net_) + ".2"; }
 	std::string src() const override { return "10.99." + std::to_string(net_) + ".1"; }
 
@@ -166,9 +167,7 @@ protected:
 			  << "listen = \"0.0.0.0:" << port_ << "\"\n"
 			  << "mtu = 0\n"
 			  << "tun_io = \"" << mode_ << "\"\n"
-			  << (busy_poll_us_ < 0 ? ""
-			                        : "busy_poll_us = " + std::to_string(busy_poll_us_) + "\n")
-			  << "control_socket = \"" << base
+			  << (extra_line_.empty() ? "" : extra_line_ + "\n") << "control_socket = \"" << base
 			  << ".sock\"\n"
 			  // Sequence state in the run's scratch folder, removed with it.
 			  << "state_dir = \"" << base << ".state\"\n\n"
@@ -198,8 +197,8 @@ private:
 	std::string mode_;
 	int net_;
 	uint16_t port_;
-	int busy_poll_us_ = -1; ///< -1: the gateway's default
-	char iface_tag_ = 0;    ///< interface name letter instead of the mode's first
+	std::string extra_line_; ///< a variant's own [tunnel] setting; empty: the defaults
+	char iface_tag_ = 0;     ///< interface name letter instead of the mode's first
 };
 
 // --- wireguard-go, configured with wg(8) --------------------------------------
@@ -516,7 +515,8 @@ std::vector<std::unique_ptr<Subject>> make_subjects() {
 	v.push_back(std::make_unique<VethSubject>());
 	v.push_back(std::make_unique<EsptunSubject>("direct", 1, 4501));
 	v.push_back(std::make_unique<EsptunSubject>("vhost", 2, 4502));
-	v.push_back(EsptunSubject::with_busy_poll("direct", 7, 4507, 50));
+	v.push_back(EsptunSubject::variant("direct", "busypoll", "busy_poll_us = 50", 'p', 7, 4507));
+	v.push_back(EsptunSubject::variant("direct", "nowakepoll", "wake_poll_us = 0", 'n', 8, 4508));
 	v.push_back(std::make_unique<WireguardSubject>());
 	v.push_back(std::make_unique<OpenvpnSubject>(true));
 	v.push_back(std::make_unique<OpenvpnSubject>(false));

@@ -92,13 +92,19 @@ void DataPlane::set_busy_poll(std::chrono::microseconds us) noexcept {
 	busy_poll_ns_ = us.count() > 0 ? int64_t(us.count()) * 1000 : 0;
 }
 
-int DataPlane::busy_poll(std::span<epoll_event> evs, TunIoStats& io) noexcept {
-	io.busy_polls.add();
-	const int64_t until = monotonic_ns() + busy_poll_ns_;
+void DataPlane::set_wake_poll(std::chrono::microseconds us, std::chrono::nanoseconds idle_spell) noexcept {
+	wake_poll_ns_ = us.count() > 0 ? int64_t(us.count()) * 1000 : 0;
+	idle_spell_ns_ = int64_t(idle_spell.count());
+}
+
+int DataPlane::poll_for(int64_t ns, std::span<epoll_event> evs, TunIoStats& io, Counter& windows,
+                        Counter& hits) noexcept {
+	windows.add();
+	const int64_t until = monotonic_ns() + ns;
 	for (;;) {
 		io.polls.add();
 		const int n = epoll_wait(epoll_.get(), evs.data(), int(evs.size()), 0);
-		if (n > 0) io.busy_poll_hits.add();
+		if (n > 0) hits.add();
 		if (n != 0 || monotonic_ns() >= until) return n;
 	}
 }
@@ -107,16 +113,26 @@ int DataPlane::run(int stop_fd) noexcept {
 	if (int err = watch(stop_fd, false, kStop)) return err;
 	TunIoStats& io = tun_.io_stats();
 	std::array<epoll_event, 3> evs{};
-	bool worked = false; // the last pass had something to do
+	bool worked = false;     // the last pass had something to do
+	bool after_idle = false; // and it came after an idle spell
 	for (;;) {
 		// A vhost RX ring can hold work without its eventfd firing (a full
 		// batch left entries behind, or they came in while re-arming).
 		const bool sleep = tun_.can_sleep();
-		int n = sleep && worked && busy_poll_ns_ ? busy_poll(evs, io) : 0;
+		int n = 0;
+		if (sleep && worked && busy_poll_ns_)
+			n = poll_for(busy_poll_ns_, evs, io, io.busy_polls, io.busy_poll_hits);
+		else if (sleep && after_idle && wake_poll_ns_)
+			n = poll_for(wake_poll_ns_, evs, io, io.wake_polls, io.wake_poll_hits);
+		after_idle = false;
 		if (n == 0) {
 			io.polls.add();
 			if (sleep) io.poll_waits.add();
+			// Only a sleep can start an idle spell, so only a sleep reads the
+			// clock (twice per wake-up, vDSO calls, no system call).
+			const int64_t slept_from = sleep && wake_poll_ns_ ? monotonic_ns() : 0;
 			n = epoll_wait(epoll_.get(), evs.data(), int(evs.size()), sleep ? -1 : 0);
+			after_idle = slept_from && n > 0 && monotonic_ns() - slept_from >= idle_spell_ns_;
 		}
 		worked = n > 0 || !sleep;
 		if (n < 0) {

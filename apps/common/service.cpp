@@ -351,9 +351,11 @@ void run_service(const conf::Config& config, const std::string& program) {
 	info.direct_write_max = tc.direct_write_max;
 	// Polling only pays when someone else can run meanwhile: with one CPU
 	// the packet the worker waits for cannot arrive while it spins.
-	info.busy_poll_us = usable_cpus() > 1 ? tc.busy_poll_us : 0;
-	if (tc.busy_poll_us && !info.busy_poll_us)
-		log::info("busy_poll_us: off (this process may use one CPU only)");
+	const bool may_poll = usable_cpus() > 1;
+	info.busy_poll_us = may_poll ? tc.busy_poll_us : 0;
+	info.wake_poll_us = may_poll ? tc.wake_poll_us : 0;
+	if ((tc.busy_poll_us || tc.wake_poll_us) && !may_poll)
+		log::info("busy_poll_us, wake_poll_us: off (this process may use one CPU only)");
 	if (tc.tun_io == conf::TunIo::automatic && !tun_io.vhost)
 		log::info("tun I/O: direct (" + info.tun_io_reason + ")");
 
@@ -451,6 +453,7 @@ void run_service(const conf::Config& config, const std::string& program) {
 			wk->direct.emplace(wk->queue.fd.get(), &wk->tun_stats);
 		wk->plane = std::make_unique<DataPlane>(table, wk->port(), *wk->engine, wk->stats, w);
 		wk->plane->set_busy_poll(std::chrono::microseconds(info.busy_poll_us));
+		wk->plane->set_wake_poll(std::chrono::microseconds(info.wake_poll_us));
 	}
 
 	// 6b. IKEv2 for peers with a psk: its port (UDP 500) is bound here, so a

@@ -37,6 +37,7 @@ struct ServiceInfo {
 	std::string tun_io_reason;
 	unsigned direct_write_max = 0;                  ///< as configured (used in vhost mode only)
 	unsigned busy_poll_us = 0;                      ///< in effect: as configured, 0 with one CPU
+	unsigned wake_poll_us = 0;                      ///< in effect: as configured, 0 with one CPU
 	std::string tun_offloads;                       ///< what the tun took: "csum tso4 ...", or why none
 	const TunIoStats* tun_io_stats = nullptr;       ///< the tun port's counters, once it exists
 	std::string crypto_impl;                        ///< as configured: auto, stitched or two-pass

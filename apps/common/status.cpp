@@ -127,6 +127,8 @@ void write_tun_io(JsonWriter& j, const ServiceInfo& info) {
 	j.field("polls", t.polls.get()).field("poll_waits", t.poll_waits.get());
 	j.field("busy_poll_us", uint64_t(info.busy_poll_us));
 	j.field("busy_polls", t.busy_polls.get()).field("busy_poll_hits", t.busy_poll_hits.get());
+	j.field("wake_poll_us", uint64_t(info.wake_poll_us));
+	j.field("wake_polls", t.wake_polls.get()).field("wake_poll_hits", t.wake_poll_hits.get());
 	j.end_object();
 }
 

@@ -45,6 +45,8 @@ struct TunIoStats {
 	Counter poll_waits;     ///< those of them that could block (no work known to be waiting)
 	Counter busy_polls;     ///< times the loop polled (busy_poll_us) instead of sleeping at once
 	Counter busy_poll_hits; ///< of them, those that found work before the time was up
+	Counter wake_polls;     ///< times the loop polled (wake_poll_us) after waking from an idle spell
+	Counter wake_poll_hits; ///< of them, those that found work before the time was up
 	// tun offloads (OffloadTunPort): super-packets both ways.
 	Counter gso_reads;    ///< super-packets read from the tun (TSO/USO)
 	Counter gso_segments; ///< packets they were cut into
@@ -69,6 +71,8 @@ struct TunIoStats {
 		                            {&poll_waits, &o.poll_waits},
 		                            {&busy_polls, &o.busy_polls},
 		                            {&busy_poll_hits, &o.busy_poll_hits},
+		                            {&wake_polls, &o.wake_polls},
+		                            {&wake_poll_hits, &o.wake_poll_hits},
 		                            {&gso_reads, &o.gso_reads},
 		                            {&gso_segments, &o.gso_segments},
 		                            {&gro_writes, &o.gro_writes},

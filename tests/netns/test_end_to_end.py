@@ -243,6 +243,19 @@ def check_counters(rep, tag, A, B, case, st_a, st_b):
                   (f" (besides {', '.join(sorted(allowed))}: "
                    f"{', '.join(str(st['drops'][k]) for k in sorted(allowed))})"
                    if allowed else ""), json.dumps(st["drops"]))
+        # The pings, 0.2 s apart, woke each worker from idle spells: each such
+        # wake-up polls once for the answer (wake_poll_us, on by default).
+        t = st["tun_io"]
+        rep.check(t["wake_poll_us"] == 50 and t["wake_polls"] > 0 and t["busy_polls"] == 0,
+                  f"[{tag}] {s.name}: polled after {t['wake_polls']} wake-ups from an idle spell "
+                  f"({t['wake_poll_hits']} found the next packet)", json.dumps(t))
+        # Bulk traffic keeps the worker from idling: at most one window per
+        # 100 datagrams (in practice a few per transfer).
+        moved = c["udp_rx_packets"] + c["udp_tx_packets"]
+        if case.get("transfer"):
+            rep.check(t["wake_polls"] * 100 < moved,
+                      f"[{tag}] {s.name}: {t['wake_polls']} wake-up polls for {moved} datagrams",
+                      json.dumps(t))
     # The bulk sender's gateway sent its full-sized ESP packets as UDP GSO
     # trains (veth offloads them), and the receiver got them one by one.
     if case.get("transfer"):

@@ -1,4 +1,4 @@
-// [tunnel] udp_gso, socket_buffer, workers and busy_poll_us: the underlay and worker knobs.
+// [tunnel] udp_gso, socket_buffer, workers, busy_poll_us and wake_poll_us: the underlay and worker knobs.
 #include "conf_test_util.hpp"
 
 using namespace esptun;
@@ -60,6 +60,17 @@ TEST_CASE("udp_gro: on by default, can be switched off") {
 TEST_CASE("tun_offload: on by default, can be switched off") {
 	CHECK(parse_config(gateway_lines().text(), "test.toml", Role::gateway).tunnel.tun_offload);
 	CHECK_FALSE(tunnel_with("tun_offload = false").tun_offload);
+}
+
+TEST_CASE("wake_poll_us: 50 by default, 0 (off) up to 1000") {
+	CHECK(parse_config(gateway_lines().text(), "test.toml", Role::gateway).tunnel.wake_poll_us == 50);
+	CHECK(tunnel_with("wake_poll_us = 0").wake_poll_us == 0);
+	CHECK(tunnel_with("wake_poll_us = 1000").wake_poll_us == 1000);
+	CHECK_CONFIG_ERROR(
+	    gateway_lines().insert_after(6, "wake_poll_us = 1001"), Role::gateway, 7,
+	    "wake_poll_us 1001 is out of range; use 0 (off) up to 1000 microseconds (default 50)");
+	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "wake_poll_us = true"), Role::gateway, 7,
+	                   "must be an integer");
 }
 
 TEST_CASE("busy_poll_us: off (0) by default, up to 1000") {

@@ -334,3 +334,81 @@ TEST_CASE("after a pass with work, a data plane polls for busy_poll before it sl
 	for (size_t i = 0; i < kDropReasons; i++)
 		CHECK(stats_b.drops[i].get() == 0);
 }
+
+TEST_CASE("after waking from an idle spell, a data plane polls once for wake_poll") {
+	Receiver r;
+	DataPlane& plane_b = r.plane_b;
+	std::vector<uint8_t> out(2048);
+	auto deliver = [&] {
+		auto pkt = ipv4_packet(0x0a630001, 0x0a630002, 100);
+		r.send(r.seal(pkt));
+		return test::wait_readable(r.tun_b.test_end.get()) &&
+		       read(r.tun_b.test_end.get(), out.data(), out.size()) == ssize_t(pkt.size());
+	};
+	platform::UniqueFd stop = platform::make_eventfd();
+	int err = -1;
+	const TunIoStats& io = plane_b.io_stats();
+	auto asleep = [&](uint64_t waits) {
+		return eventually([&] { return io.poll_waits.get() == waits; });
+	};
+
+	SUBCASE("one window per idle spell: the work it finds does not open another") {
+		// Idle spells of 5 ms, windows far longer than the test needs.
+		plane_b.set_wake_poll(std::chrono::milliseconds(1500), std::chrono::milliseconds(5));
+		std::thread run([&] { err = plane_b.run(stop.get()); });
+		std::this_thread::sleep_for(std::chrono::milliseconds(50));
+		CHECK(deliver()); // wakes the loop after an idle spell: a window opens
+		CHECK(deliver()); // found by that window
+		// That pass came from polling, not from an idle spell: the loop sleeps.
+		CHECK(asleep(2));
+		CHECK(io.wake_polls.get() == 1);
+		CHECK(io.wake_poll_hits.get() == 1);
+		std::this_thread::sleep_for(std::chrono::milliseconds(50));
+		CHECK(deliver()); // a second idle spell, a second window
+		CHECK(eventually([&] { return io.wake_polls.get() == 2; }));
+		platform::eventfd_signal(stop.get()); // found by the window
+		run.join();
+		CHECK(io.wake_poll_hits.get() == 2);
+		CHECK(io.poll_waits.get() == 2);
+		CHECK(io.busy_polls.get() == 0);
+	}
+	SUBCASE("a wake-up after a short sleep opens no window") {
+		// An idle spell would take an hour: every sleep here is short.
+		plane_b.set_wake_poll(std::chrono::milliseconds(1500), std::chrono::hours(1));
+		std::thread run([&] { err = plane_b.run(stop.get()); });
+		CHECK(deliver());
+		CHECK(asleep(2));
+		CHECK(deliver());
+		CHECK(asleep(3));
+		platform::eventfd_signal(stop.get());
+		run.join();
+		CHECK(io.wake_polls.get() == 0);
+		CHECK(io.polls.get() == io.poll_waits.get());
+	}
+	SUBCASE("a window that finds nothing ends in sleep") {
+		plane_b.set_wake_poll(std::chrono::milliseconds(20), std::chrono::milliseconds(5));
+		std::thread run([&] { err = plane_b.run(stop.get()); });
+		std::this_thread::sleep_for(std::chrono::milliseconds(50));
+		CHECK(deliver());
+		CHECK(asleep(2));
+		CHECK(io.wake_polls.get() == 1);
+		CHECK(io.wake_poll_hits.get() == 0);
+		platform::eventfd_signal(stop.get());
+		run.join();
+	}
+	SUBCASE("busy_poll, when set, applies instead") {
+		plane_b.set_busy_poll(std::chrono::milliseconds(20));
+		plane_b.set_wake_poll(std::chrono::milliseconds(1500), std::chrono::milliseconds(5));
+		std::thread run([&] { err = plane_b.run(stop.get()); });
+		std::this_thread::sleep_for(std::chrono::milliseconds(50));
+		CHECK(deliver());
+		CHECK(asleep(2)); // after the 20 ms busy window, not a 1.5 s wake window
+		CHECK(io.busy_polls.get() == 1);
+		CHECK(io.wake_polls.get() == 0);
+		platform::eventfd_signal(stop.get());
+		run.join();
+	}
+	CHECK(err == 0);
+	for (size_t i = 0; i < kDropReasons; i++)
+		CHECK(r.stats_b.drops[i].get() == 0);
+}

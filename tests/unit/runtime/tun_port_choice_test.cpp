@@ -55,6 +55,7 @@ TEST_CASE("the status JSON reports the tun_io mode, reason, threshold and counte
 	info.tun_io_reason = "r";
 	info.direct_write_max = 4;
 	info.busy_poll_us = 50;
+	info.wake_poll_us = 40;
 	DataPathStats stats;
 	SaTable table({});
 	// Before the port exists (and in direct mode) every counter is present and zero.
@@ -65,7 +66,8 @@ TEST_CASE("the status JSON reports the tun_io mode, reason, threshold and counte
 	             R"("tx_ring_packets":0,"direct_writes":0,"kicks":0,"rx_kicks":0,"tx_kicks":0,)"
 	             R"("call_wakeups":0,"ring_full":0,"device_errors":0,)"
 	             R"("tun_syscalls":{"read":0,"write":0,"kick":0},"polls":0,"poll_waits":0,)"
-	             R"("busy_poll_us":50,"busy_polls":0,"busy_poll_hits":0})") != std::string::npos);
+	             R"("busy_poll_us":50,"busy_polls":0,"busy_poll_hits":0,)"
+	             R"("wake_poll_us":40,"wake_polls":0,"wake_poll_hits":0})") != std::string::npos);
 	TunIoStats t;
 	t.rx_ring_packets.add(10);
 	t.tx_ring_packets.add(20);
@@ -81,6 +83,8 @@ TEST_CASE("the status JSON reports the tun_io mode, reason, threshold and counte
 	t.poll_waits.add(10);
 	t.busy_polls.add(17);
 	t.busy_poll_hits.add(18);
+	t.wake_polls.add(19);
+	t.wake_poll_hits.add(20);
 	t.gso_reads.add(12);
 	t.gso_segments.add(13);
 	t.gro_writes.add(14);
@@ -94,5 +98,6 @@ TEST_CASE("the status JSON reports the tun_io mode, reason, threshold and counte
 	CHECK(s.find(R"("rx_ring_packets":10,"tx_ring_packets":20,"direct_writes":3,"kicks":3,"rx_kicks":1,)"
 	             R"("tx_kicks":2,"call_wakeups":5,"ring_full":6,"device_errors":7,)"
 	             R"("tun_syscalls":{"read":8,"write":9,"kick":3},"polls":11,"poll_waits":10,)"
-	             R"("busy_poll_us":50,"busy_polls":17,"busy_poll_hits":18})") != std::string::npos);
+	             R"("busy_poll_us":50,"busy_polls":17,"busy_poll_hits":18,)"
+	             R"("wake_poll_us":40,"wake_polls":19,"wake_poll_hits":20})") != std::string::npos);
 }
