@@ -419,14 +419,21 @@ void run_service(const conf::Config& config, const std::string& program) {
 	// 6. The tun ports: vhost rings (a vhost-net device per worker) or the
 	// tun queue itself. A vhost failure is fatal for "vhost" and a fall-back
 	// to direct I/O for every worker with "auto", like one in step 2.
+	// UDP GRO needs 64 KiB receive buffers (every port has them with GRO on)
+	// and the engine that reads its control message (mmsg).
+	auto want_gro = [&](const Worker& wk) {
+		return tc.udp_gro && std::string_view(wk.engine->name()) == "mmsg";
+	};
 	if (tun_io.vhost) {
 		try {
 			for (unsigned w = 0; w < n_workers; w++) {
 				Worker& wk = *workers[w];
 				platform::VhostNet dev =
 				    w == 0 ? std::move(*tun_io.vhost) : platform::VhostNet::open();
+				// UDP GRO before the port exists: it sizes the receive slots.
+				const bool gro = want_gro(wk) && wk.udp->enable_gro();
 				wk.vhost.emplace(std::move(dev), wk.queue.fd.get(), info.mtu,
-				                 tc.direct_write_max, wk.tun_stats, offload);
+				                 tc.direct_write_max, wk.tun_stats, offload, gro);
 			}
 		} catch (const std::exception& e) {
 			if (tc.tun_io == conf::TunIo::vhost)
@@ -442,10 +449,8 @@ void run_service(const conf::Config& config, const std::string& program) {
 	if (workers[0]->vhost) log::info("tun I/O: vhost (" + info.tun_io_reason + ")");
 	for (size_t w = 0; w < workers.size(); w++) {
 		Worker* wk = workers[w].get();
-		// UDP GRO needs 64 KiB receive buffers (the direct ports have them)
-		// and the engine that reads its control message (mmsg).
-		if (tc.udp_gro && !wk->vhost && std::string_view(wk->engine->name()) == "mmsg" &&
-		    !wk->udp->enable_gro() && w == 0)
+		if (!wk->vhost && want_gro(*wk)) wk->udp->enable_gro();
+		if (w == 0 && want_gro(*wk) && !wk->udp->gro_on())
 			log::warn("UDP GRO refused by the kernel; receiving datagram by datagram");
 		if (!wk->vhost && offload)
 			wk->offload.emplace(wk->queue.fd.get(), info.mtu, wk->tun_stats);

@@ -6,7 +6,8 @@
 //   if needs_kick() says so. With vnet_hdr: a packet of one buffer and no GSO
 //   as before (checksum finished in place if partial); otherwise its buffers
 //   are gathered into the staging buffer (re-posted at once) and segmented.
-// Inbound: recvmmsg into pool buffers -> decapsulate -> write_batch(): an
+// Inbound: recvmmsg into pool buffers (with UDP GRO: into 64 KiB slot
+//   buffers, copied to pool buffers for the ring) -> decapsulate -> write_batch(): an
 //   idle ring and a small batch go to the tun fd, the rest into the TX ring
 //   with one publish and at most one kick. With vnet_hdr: GRO runs first, a
 //   run is one descriptor chain (or one writev()).
@@ -74,10 +75,20 @@ VhostTunPort::VhostTunPort(std::span<uint8_t> region, const VhostPortParams& p, 
 	pool_ = region.data() + 2 * ring_bytes(p.queue_size);
 	const uint32_t n = p.queue_size;
 	// Inbound buffers n .. 2n + kTunBatch - 1: one batch into the receive slots,
-	// the rest onto the free stack.
-	for (size_t i = 0; i < kTunBatch; i++) {
-		slot_buf_[i] = n + uint32_t(i);
-		recv_slots_[i].buf = buffer(slot_buf_[i]);
+	// the rest onto the free stack. With GRO slots all of them are free.
+	if (p_.gro_slots) {
+		gro_mem_.resize(kTunBatch * esp::kBufferSize);
+		for (size_t i = 0; i < kTunBatch; i++) {
+			slot_buf_[i] = UINT32_MAX; // not a pool buffer
+			recv_slots_[i].buf =
+			    std::span<uint8_t>(gro_mem_).subspan(i * esp::kBufferSize, esp::kBufferSize);
+			free_[free_n_++] = n + uint32_t(i);
+		}
+	} else {
+		for (size_t i = 0; i < kTunBatch; i++) {
+			slot_buf_[i] = n + uint32_t(i);
+			recv_slots_[i].buf = buffer(slot_buf_[i]);
+		}
 	}
 	for (uint32_t i = 0; i < n; i++)
 		free_[free_n_++] = n + uint32_t(kTunBatch) + i;
@@ -253,6 +264,14 @@ void VhostTunPort::reclaim_tx() noexcept {
 	tx_.harvest_used([&](const virtio::UsedBuffer& u) noexcept { free_[free_n_++] = uint32_t(u.token); });
 }
 
+uint32_t VhostTunPort::copy_to_pool(std::span<const uint8_t> bytes, size_t before) noexcept {
+	if (before > esp::kHeadroom || bytes.size() - before > p_.buf_size - esp::kHeadroom || free_n_ == 0)
+		return UINT32_MAX;
+	const uint32_t idx = free_[--free_n_];
+	std::memcpy(buffer(idx).data() + esp::kHeadroom - before, bytes.data(), bytes.size());
+	return idx;
+}
+
 bool VhostTunPort::to_ring(const TunWrite& w) noexcept {
 	if (w.slot >= kTunBatch) return false;
 	const std::span<uint8_t> buf = recv_slots_[w.slot].buf;
@@ -261,16 +280,31 @@ bool VhostTunPort::to_ring(const TunWrite& w) noexcept {
 	    w.inner.data() + w.inner.size() > buf.data() + buf.size())
 		return false;
 	const size_t off = size_t(w.inner.data() - buf.data());
-	if (free_n_ == 0) reclaim_tx();
-	if (free_n_ == 0) {
+	// With GRO slots there are more free buffers than descriptors: either
+	// running out means harvesting what the device has finished.
+	if (free_n_ == 0 || tx_.free_count() == 0) reclaim_tx();
+	if (free_n_ == 0 || tx_.free_count() == 0) {
 		stats_.ring_full.add();
 		return false;
 	}
 	uint8_t* hdr = buf.data() + off - kVirtioNetHdrLen;
 	// A zero header: no checksum offload, no GSO (the packet is complete).
 	std::memset(hdr, 0, kVirtioNetHdrLen);
-	if (!tx_.add_buffer(device_addr(hdr), uint32_t(kVirtioNetHdrLen + w.inner.size()), false,
-	                    slot_buf_[w.slot])) {
+	const std::span<const uint8_t> framed(hdr, kVirtioNetHdrLen + w.inner.size());
+	if (p_.gro_slots) {
+		// The slot keeps its buffer (more of its train may follow): a copy goes.
+		const uint32_t idx = copy_to_pool(framed, kVirtioNetHdrLen);
+		if (idx == UINT32_MAX) return false; // larger than a pool buffer: written directly
+		if (!tx_.add_buffer(device_addr(buffer(idx).data() + esp::kHeadroom - kVirtioNetHdrLen),
+		                    uint32_t(framed.size()), false, idx)) {
+			free_[free_n_++] = idx;
+			stats_.ring_full.add(); // not expected: a free buffer implies a free descriptor
+			return false;
+		}
+		stats_.tx_ring_packets.add();
+		return true;
+	}
+	if (!tx_.add_buffer(device_addr(hdr), uint32_t(framed.size()), false, slot_buf_[w.slot])) {
 		stats_.ring_full.add(); // not expected: a free buffer implies a free descriptor
 		return false;
 	}
@@ -323,6 +357,7 @@ size_t VhostTunPort::write_batch(std::span<const TunWrite> pkts) noexcept {
 }
 
 bool VhostTunPort::run_to_ring(const offload::GroRun& run, std::span<const TunWrite> pkts) noexcept {
+	if (p_.gro_slots) return run_copy_to_ring(run, pkts);
 	// Every piece must lie in its own slot's buffer (the buffer goes to the
 	// ring and the slot takes a free one), the head 12 bytes in.
 	uint64_t seen = 0;
@@ -336,7 +371,7 @@ bool VhostTunPort::run_to_ring(const offload::GroRun& run, std::span<const TunWr
 		    w.inner.data() + w.inner.size() > buf.data() + buf.size())
 			return false;
 	}
-	if (free_n_ < run.count) reclaim_tx();
+	if (free_n_ < run.count || tx_.free_count() < run.count) reclaim_tx();
 	if (free_n_ < run.count || tx_.free_count() < run.count) {
 		stats_.ring_full.add(run.count);
 		return false;
@@ -357,6 +392,37 @@ bool VhostTunPort::run_to_ring(const offload::GroRun& run, std::span<const TunWr
 		const size_t slot = pkts[run.first + i].slot;
 		slot_buf_[slot] = free_[--free_n_];
 		recv_slots_[slot].buf = buffer(slot_buf_[slot]);
+	}
+	stats_.tx_ring_packets.add(run.count);
+	return true;
+}
+
+bool VhostTunPort::run_copy_to_ring(const offload::GroRun& run, std::span<const TunWrite> pkts) noexcept {
+	if (free_n_ < run.count || tx_.free_count() < run.count) reclaim_tx();
+	if (free_n_ < run.count || tx_.free_count() < run.count) {
+		stats_.ring_full.add(run.count);
+		return false;
+	}
+	// Each piece (the head with its header, then the payloads) into a buffer
+	// of its own; as on the direct path, the pieces stay apart in the chain.
+	size_t n = 0;
+	for (; n < run.count; n++) {
+		const TunWrite& w = pkts[run.first + n];
+		const std::span<const uint8_t> piece =
+		    n == 0 ? std::span<const uint8_t>(w.inner.data() - kVirtioNetHdrLen,
+		                                      kVirtioNetHdrLen + w.inner.size())
+		           : offload::gro_payload(run, w.inner);
+		const size_t before = n == 0 ? kVirtioNetHdrLen : 0;
+		const uint32_t idx = copy_to_pool(piece, before);
+		if (idx == UINT32_MAX) break;
+		chain_[n] = {device_addr(buffer(idx).data() + esp::kHeadroom - before),
+		             uint32_t(piece.size()), idx};
+	}
+	if (n < run.count || !tx_.add_chain(std::span(chain_).first(run.count))) {
+		for (size_t i = 0; i < n; i++) // back to the free stack: the run goes direct
+			free_[free_n_++] = uint32_t(chain_[i].token);
+		stats_.ring_full.add(run.count);
+		return false;
 	}
 	stats_.tx_ring_packets.add(run.count);
 	return true;
@@ -421,7 +487,7 @@ void VhostTunPort::sync_device_errors() noexcept {
 // --- VhostTun: set-up in the order of platform/vhost_net.hpp ---
 
 VhostTun::VhostTun(platform::VhostNet dev, int tun_fd, unsigned mtu, unsigned direct_write_max,
-                   TunIoStats& stats, bool vnet_hdr)
+                   TunIoStats& stats, bool vnet_hdr, bool gro_slots)
     : dev_(std::move(dev)) {
 	// The tun reads and writes the virtio-net header itself: vhost must pass it through.
 	if (vnet_hdr) dev_.use_tun_vnet_hdr();
@@ -435,6 +501,7 @@ VhostTun::VhostTun(platform::VhostNet dev, int tun_fd, unsigned mtu, unsigned di
 	p.direct_write_max = direct_write_max;
 	p.tun_fd = tun_fd;
 	p.vnet_hdr = vnet_hdr;
+	p.gro_slots = gro_slots;
 	p.rx_kick = dev_.kick_fd(platform::kVhostRxQueue);
 	p.rx_call = dev_.call_fd(platform::kVhostRxQueue);
 	p.tx_kick = dev_.kick_fd(platform::kVhostTxQueue);

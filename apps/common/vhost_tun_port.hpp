@@ -48,6 +48,16 @@
 //     buffer, and each slot takes a free buffer as for a single packet), or
 //     with one writev() of the same pieces on the direct path. Other packets
 //     go alone behind a zero header, written in place in front of them.
+// UDP GRO (gro_slots = true): a receive slot then holds a train of up to
+// ~45 ESP datagrams, one kernel buffer instead of one per datagram, and the
+// pool-sized slot buffers cannot take it. The slots become kTunBatch buffers
+// of esp::kBufferSize outside the device's memory (4 MiB per worker), and
+// each decrypted packet bound for the TX ring is copied (~1.4 KB, tens of
+// nanoseconds) into a free pool buffer, which goes to the ring; a GRO run
+// goes as a chain of such copies. The slot keeps its buffer, so the packets
+// of one train need no shared ownership of it. Direct writes still go from
+// the slot in place. The pool buffers that would have been slots join the
+// free stack.
 //   Memory per worker (MTU 1500, 256-entry rings): the pool of
 //   (2 * 256 + 64) buffers of 1600 bytes (~0.9 MiB) and the rings (~24 KiB)
 //   as without offloads, plus the staging buffer (64 KiB) and kTunBatch
@@ -80,6 +90,10 @@ struct VhostPortParams {
 	/// through with mergeable RX buffers: offloads both ways. false: vhost adds
 	/// and strips a zero header (VHOST_NET_F_VIRTIO_NET_HDR).
 	bool vnet_hdr = false;
+	/// The underlay socket has UDP GRO (UdpSocket::enable_gro()): the receive
+	/// slots are 64 KiB buffers of the port's own, and each inbound packet is
+	/// copied into a pool buffer for the TX ring (see the theory above).
+	bool gro_slots = false;
 };
 
 class VhostTunPort final : public TunPort {
@@ -135,8 +149,14 @@ private:
 	size_t emit_staged(size_t at, std::span<TunPacket> out) noexcept;
 	void reclaim_tx() noexcept;
 	bool to_ring(const TunWrite& w) noexcept;
+	/// gro_slots: @bytes copied into a free pool buffer, @before bytes of
+	/// them in front of the packet start (kHeadroom). Return: the buffer's
+	/// index, or UINT32_MAX when none is free or the bytes do not fit.
+	uint32_t copy_to_pool(std::span<const uint8_t> bytes, size_t before) noexcept;
 	/// A patched GRO run of @pkts as one descriptor chain; false: no room or a bad layout.
 	bool run_to_ring(const offload::GroRun& run, std::span<const TunWrite> pkts) noexcept;
+	/// run_to_ring() with gro_slots: the pieces copied into pool buffers.
+	bool run_copy_to_ring(const offload::GroRun& run, std::span<const TunWrite> pkts) noexcept;
 	void write_direct(const TunWrite& w, size_t& failed) noexcept;
 	void write_run_direct(const offload::GroRun& run, std::span<const TunWrite> pkts,
 	                      size_t& failed) noexcept;
@@ -170,6 +190,7 @@ private:
 	std::array<offload::GroRun, kTunBatch> gro_runs_{};
 	std::array<virtio::SplitQueue::ChainPart, kTunBatch> chain_{};
 	std::array<iovec, kTunBatch> iov_{};
+	std::vector<uint8_t> gro_mem_; ///< gro_slots only: the receive slots' buffers
 };
 
 /**
@@ -186,10 +207,11 @@ public:
 	 * @mtu:              its MTU: sizes the buffers
 	 * @direct_write_max: see VhostPortParams
 	 * @vnet_hdr:         the tun was opened with IFF_VNET_HDR (offloads): see VhostPortParams
+	 * @gro_slots:        the underlay socket has UDP GRO: see VhostPortParams
 	 * Throws SystemError (an ioctl failed) or std::invalid_argument.
 	 */
 	VhostTun(platform::VhostNet dev, int tun_fd, unsigned mtu, unsigned direct_write_max,
-	         TunIoStats& stats, bool vnet_hdr = false);
+	         TunIoStats& stats, bool vnet_hdr = false, bool gro_slots = false);
 
 	VhostTunPort& port() noexcept { return *port_; }
 

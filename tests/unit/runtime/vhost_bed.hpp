@@ -26,8 +26,9 @@ struct VhostBed {
 	std::unique_ptr<virtio::test::DeviceModel> rx_dev, tx_dev;
 
 	/// @vnet_hdr: tun offloads (and room for a merged 64 KiB write on the pair).
+	/// @gro_slots: 64 KiB receive slots, packets copied to the ring (UDP GRO).
 	/// The port is not started: start() is the test's.
-	VhostBed(unsigned direct_write_max, uint32_t queue_size, bool vnet_hdr) {
+	VhostBed(unsigned direct_write_max, uint32_t queue_size, bool vnet_hdr, bool gro_slots = false) {
 		int sv[2];
 		REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
 		tun_port_end.reset(sv[0]);
@@ -44,6 +45,7 @@ struct VhostBed {
 		params.rx_call = rx_call.get();
 		params.tx_kick = tx_kick.get();
 		params.vnet_hdr = vnet_hdr;
+		params.gro_slots = gro_slots;
 		region = platform::MappedRegion(VhostTunPort::region_bytes(queue_size, params.buf_size));
 		port = std::make_unique<VhostTunPort>(region.span(), params, stats);
 		rx_dev = std::make_unique<virtio::test::DeviceModel>(ring_base(platform::kVhostRxQueue),

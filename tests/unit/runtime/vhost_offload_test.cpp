@@ -30,7 +30,8 @@ namespace {
 constexpr uint32_t kQ = 64; // a 64 KiB super-packet takes ~43 MTU buffers
 
 struct Bed : test::VhostBed {
-	explicit Bed(unsigned direct_write_max, uint32_t q = kQ) : VhostBed(direct_write_max, q, true) {
+	explicit Bed(unsigned direct_write_max, uint32_t q = kQ, bool gro_slots = false)
+	    : VhostBed(direct_write_max, q, true, gro_slots) {
 		port->start();
 	}
 
@@ -99,9 +100,10 @@ struct Bed : test::VhostBed {
 		return {*VnetHdr::parse(all), Bytes(all.begin() + kVirtioNetHdrLen, all.end()), descs + 1};
 	}
 
-	/// @pkt in receive slot @slot as decapsulate() leaves it.
-	TunWrite inbound(size_t slot, const Bytes& pkt) {
-		std::span<uint8_t> buf = port->recv_slots()[slot].buf;
+	/// @pkt in receive slot @slot as decapsulate() leaves it; with UDP GRO
+	/// the datagram at byte @at of the slot's train.
+	TunWrite inbound(size_t slot, const Bytes& pkt, size_t at = 0) {
+		std::span<uint8_t> buf = port->recv_slots()[slot].buf.subspan(at);
 		std::memset(buf.data(), 0xee, esp::kHeadroom);
 		std::memcpy(buf.data() + esp::kHeadroom, pkt.data(), pkt.size());
 		return {slot, buf.subspan(esp::kHeadroom, pkt.size())};
@@ -375,4 +377,118 @@ TEST_CASE("vhost offloads TX: a run that finds the ring full is written directly
 	const Bed::TxBuf rb = bed.device_tx();
 	CHECK(rb.descs == 3);
 	CHECK(resegment(rb) == sb);
+}
+
+// UDP GRO (VhostPortParams::gro_slots): a receive slot holds a whole train,
+// so its packets cannot each hand the slot's buffer to the ring.
+
+TEST_CASE("vhost with UDP GRO slots: a train's packets reach the ring as copies, a TCP run as one "
+          "chain, and the slot keeps its buffer") {
+	Bed bed(0, kQ, true);
+	const std::span<uint8_t> slot0 = bed.port->recv_slots()[0].buf;
+	CHECK(slot0.size() == esp::kBufferSize);
+	CHECK(bed.port->free_buffers() == kQ + kTunBatch); // the slots' pool buffers are free too
+	Pkt a = tcp4(5 * 1000, 41);
+	Pkt udp = tcp4(300, 42, 40002);
+	udp.proto = 17;
+	const auto sa = wire(a, 1000);
+	std::vector<Bytes> batch(sa.begin(), sa.end());
+	batch.push_back(offload::test::build(udp));
+	// All six in slot 0, one ESP datagram's step apart, as a GRO train leaves them.
+	constexpr size_t kStep = 1100;
+	std::vector<TunWrite> ws;
+	for (size_t i = 0; i < batch.size(); i++)
+		ws.push_back(bed.inbound(0, batch[i], i * kStep));
+	CHECK(bed.port->write_batch(ws) == 0);
+	CHECK(bed.tun_written().empty());
+	CHECK(bed.stats.gro_writes.get() == 1);
+	CHECK(bed.stats.tx_ring_packets.get() == 6);
+	CHECK(bed.stats.ring_full.get() == 0);
+	CHECK(bed.port->free_buffers() == kQ + kTunBatch - 6);
+	CHECK(bed.port->recv_slots()[0].buf.data() == slot0.data());
+	// The device reads copies: the slot may take the next train meanwhile.
+	std::memset(slot0.data(), 0, 8 * kStep);
+	const Bed::TxBuf ra = bed.device_tx();
+	CHECK(ra.descs == 5);
+	CHECK(ra.hdr.gso_type == VnetHdr::kGsoTcpV4);
+	CHECK(ra.hdr.gso_size == 1000);
+	CHECK(resegment(ra) == sa);
+	const Bed::TxBuf ru = bed.device_tx();
+	CHECK(ru.descs == 1);
+	CHECK(ru.hdr == VnetHdr{});
+	CHECK(ru.pkt == batch[5]);
+	CHECK(bed.stats.device_errors.get() == 0);
+}
+
+TEST_CASE("vhost with UDP GRO slots: a small batch on an idle ring is written from the slot; a "
+          "packet larger than a pool buffer, or one the full ring cannot take, goes direct") {
+	SUBCASE("direct writes") {
+		Bed bed(4, kQ, true);
+		const Bytes lone = offload::test::build(tcp4(77, 51));
+		TunWrite w = bed.inbound(0, lone, 3000);
+		CHECK(bed.port->write_batch({&w, 1}) == 0);
+		auto got = bed.tun_written();
+		REQUIRE(got.size() == 1);
+		CHECK(Bytes(got[0].begin() + kVirtioNetHdrLen, got[0].end()) == lone);
+		CHECK(bed.stats.tx_ring_packets.get() == 0);
+		CHECK(bed.port->free_buffers() == kQ + kTunBatch);
+	}
+	SUBCASE("too large for a pool buffer") {
+		Bed bed(0, kQ, true);
+		const Bytes big = offload::test::build(tcp4(4000, 52));
+		TunWrite w = bed.inbound(0, big);
+		CHECK(bed.port->write_batch({&w, 1}) == 0);
+		auto got = bed.tun_written();
+		REQUIRE(got.size() == 1);
+		CHECK(Bytes(got[0].begin() + kVirtioNetHdrLen, got[0].end()) == big);
+		CHECK(bed.port->free_buffers() == kQ + kTunBatch); // the buffer went back
+		CHECK(bed.stats.tx_ring_packets.get() == 0);
+	}
+	SUBCASE("a full ring") {
+		constexpr uint32_t q = 8;
+		Bed bed(0, q, true);
+		std::vector<TunWrite> ws;
+		std::vector<Bytes> pkts;
+		for (size_t i = 0; i < q + 2; i++)
+			pkts.push_back(offload::test::build(tcp4(60, uint32_t(60 + i), uint16_t(2000 + i))));
+		for (size_t i = 0; i < pkts.size(); i++)
+			ws.push_back(bed.inbound(0, pkts[i], i * 200));
+		CHECK(bed.port->write_batch(ws) == 0);
+		// Eight descriptors: eight copies in the ring, two written directly,
+		// and the buffers taken for those two returned.
+		CHECK(bed.stats.tx_ring_packets.get() == q);
+		CHECK(bed.stats.ring_full.get() == 2);
+		auto got = bed.tun_written();
+		REQUIRE(got.size() == 2);
+		CHECK(Bytes(got[1].begin() + kVirtioNetHdrLen, got[1].end()) == pkts[q + 1]);
+		CHECK(bed.port->free_buffers() == q + kTunBatch - q);
+		// A TCP run that finds no descriptors is written directly, merged.
+		Pkt a = tcp4(3 * 1000, 53);
+		const auto sa = wire(a, 1000);
+		ws.clear();
+		for (size_t i = 0; i < sa.size(); i++)
+			ws.push_back(bed.inbound(1, sa[i], i * 1100));
+		CHECK(bed.port->write_batch(ws) == 0);
+		got = bed.tun_written();
+		REQUIRE(got.size() == 1);
+		Bed::TxBuf t{*VnetHdr::parse(got[0]), Bytes(got[0].begin() + kVirtioNetHdrLen, got[0].end()),
+		             1};
+		CHECK(resegment(t) == sa);
+		CHECK(bed.port->free_buffers() == kTunBatch);
+		for (uint32_t i = 0; i < q; i++)
+			CHECK(bed.device_tx().pkt == pkts[i]);
+		(void)bed.tx_dev->flush_used();
+		// Free buffers were left all along; the descriptors the device
+		// returned are harvested when the ring has none: the ring again.
+		ws.clear();
+		for (size_t i = 0; i < q; i++)
+			ws.push_back(bed.inbound(2, pkts[i], i * 200));
+		CHECK(bed.port->write_batch(ws) == 0);
+		CHECK(bed.tun_written().empty());
+		CHECK(bed.stats.ring_full.get() == 2 + sa.size());
+		CHECK(bed.stats.tx_ring_packets.get() == 2 * q);
+		CHECK(bed.port->free_buffers() == kTunBatch);
+		for (uint32_t i = 0; i < q; i++)
+			CHECK(bed.device_tx().pkt == pkts[i]);
+	}
 }

@@ -11,6 +11,8 @@
 #                took (not "none"), TCP super-packets came through the RX ring
 #                and were segmented (gso_reads > 0) and inbound segments were
 #                merged into super-packets (gro_writes > 0), no offload errors.
+#                Both vhost cases: UDP GRO on the underlay (udp.gro, and trains
+#                received as single buffers: udp_gro_buffers > 0).
 #   vhost-ring   direct_write_max = 0: every inbound packet through the TX
 #                ring (direct_writes == 0). Gateway b says tun_io = "auto"
 #                here: with /dev/vhost-net present, auto must pick vhost.
@@ -68,10 +70,13 @@ tun_io() {
 	T_GROSEG=$(json_num "$body" gro_segments)
 	T_OFFERR=$(json_num "$body" offload_errors)
 	ctr=$(json_object "$st" counters)
+	T_UGRO=$(json_object "$st" udp | tr "," "\n" | sed -n 's/^"gro":\([a-z]*\)$/\1/p')
+	T_UGROBUF=$(json_num "$ctr" udp_gro_buffers)
+	T_UDPRX=$(json_num "$ctr" udp_rx_packets)
 	T_TUNTX=$(json_num "$ctr" tun_tx_packets)
 	T_TUNRX=$(json_num "$ctr" tun_rx_packets)
 	T_DROPS=$(json_nonzero "$(json_object "$st" drops)")
-	T_LINE="$1:mode=$T_MODE rx_ring=$T_RX tx_ring=$T_TX direct=$T_DW rx_kicks=$T_RXK tx_kicks=$T_TXK calls=$T_CALLS ring_full=$T_FULL dev_err=$T_DEVERR offloads='$T_OFFL' gso=$T_GSO/$T_GSOSEG gro=$T_GRO/$T_GROSEG off_err=$T_OFFERR tun_rx=$T_TUNRX tun_tx=$T_TUNTX drops:[$T_DROPS]"
+	T_LINE="$1:mode=$T_MODE rx_ring=$T_RX tx_ring=$T_TX direct=$T_DW rx_kicks=$T_RXK tx_kicks=$T_TXK calls=$T_CALLS ring_full=$T_FULL dev_err=$T_DEVERR offloads='$T_OFFL' gso=$T_GSO/$T_GSOSEG gro=$T_GRO/$T_GROSEG off_err=$T_OFFERR udp_gro=$T_UGRO udp_gro_buffers=$T_UGROBUF/$T_UDPRX tun_rx=$T_TUNRX tun_tx=$T_TUNTX drops:[$T_DROPS]"
 }
 
 diagnostics() {
@@ -180,6 +185,11 @@ run_case() {
 			if [ "$dwm" = 0 ]; then
 				[ "${T_DW:-1}" = 0 ] || why="$why $ns:direct_writes=${T_DW:-?}(direct_write_max=0)"
 			fi
+			# UDP GRO on the underlay (the default): the peer's GSO trains
+			# arrived as single buffers (each packet copied to the TX ring).
+			[ "$T_UGRO" = true ] || why="$why $ns:udp.gro=${T_UGRO:-?}"
+			[ "${T_UGROBUF:-0}" -gt 0 ] || why="$why $ns:udp_gro_buffers=${T_UGROBUF:-?}"
+			[ "${T_UDPRX:-0}" -gt "${T_UGROBUF:-0}" ] || why="$why $ns:udp_rx_packets=${T_UDPRX:-?}"
 			[ "${T_OFFERR:-1}" = 0 ] || why="$why $ns:offload_errors=${T_OFFERR:-?}"
 			if [ "${OFFLOAD:-true}" = false ]; then
 				case "$T_OFFL" in none*) ;; *) why="$why $ns:offloads='$T_OFFL'(tun_offload=false)" ;; esac
