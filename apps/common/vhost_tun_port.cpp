@@ -418,10 +418,13 @@ bool VhostTunPort::run_copy_to_ring(const offload::GroRun& run, std::span<const 
 		chain_[n] = {device_addr(buffer(idx).data() + esp::kHeadroom - before),
 		             uint32_t(piece.size()), idx};
 	}
-	if (n < run.count || !tx_.add_chain(std::span(chain_).first(run.count))) {
+	// Buffers and descriptors were checked above: a piece that did not go
+	// was larger than a pool buffer (a peer with a larger MTU), not a full ring.
+	const bool fitted = n == run.count;
+	if (!fitted || !tx_.add_chain(std::span(chain_).first(run.count))) {
 		for (size_t i = 0; i < n; i++) // back to the free stack: the run goes direct
 			free_[free_n_++] = uint32_t(chain_[i].token);
-		stats_.ring_full.add(run.count);
+		if (fitted) stats_.ring_full.add(run.count); // not expected: checked above
 		return false;
 	}
 	stats_.tx_ring_packets.add(run.count);

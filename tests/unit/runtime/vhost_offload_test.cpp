@@ -443,6 +443,22 @@ TEST_CASE("vhost with UDP GRO slots: a small batch on an idle ring is written fr
 		CHECK(Bytes(got[0].begin() + kVirtioNetHdrLen, got[0].end()) == big);
 		CHECK(bed.port->free_buffers() == kQ + kTunBatch); // the buffer went back
 		CHECK(bed.stats.tx_ring_packets.get() == 0);
+		// A run of segments larger than a pool buffer: one merged writev(),
+		// every buffer back, and no "ring full" (the ring had room).
+		const auto sa = wire(tcp4(3 * 2000, 54), 2000);
+		std::vector<TunWrite> ws;
+		for (size_t i = 0; i < sa.size(); i++)
+			ws.push_back(bed.inbound(1, sa[i], i * 2100));
+		CHECK(bed.port->write_batch(ws) == 0);
+		got = bed.tun_written();
+		REQUIRE(got.size() == 1);
+		Bed::TxBuf t{*VnetHdr::parse(got[0]), Bytes(got[0].begin() + kVirtioNetHdrLen, got[0].end()),
+		             1};
+		CHECK(t.hdr.gso_size == 2000);
+		CHECK(resegment(t) == sa);
+		CHECK(bed.port->free_buffers() == kQ + kTunBatch);
+		CHECK(bed.stats.ring_full.get() == 0);
+		CHECK(bed.stats.tx_ring_packets.get() == 0);
 	}
 	SUBCASE("a full ring") {
 		constexpr uint32_t q = 8;
