@@ -88,6 +88,14 @@ struct Receiver {
 		platform::SendSlot slot{datagram, ep_b};
 		REQUIRE(sender.send_batch({&slot, 1}).count == 1);
 	}
+	/// One ESP datagram to B; true once its inner packet came out of tun B.
+	bool deliver() {
+		auto pkt = ipv4_packet(0x0a630001, 0x0a630002, 100);
+		send(seal(pkt));
+		std::vector<uint8_t> out(2048);
+		return test::wait_readable(tun_b.test_end.get()) &&
+		       read(tun_b.test_end.get(), out.data(), out.size()) == ssize_t(pkt.size());
+	}
 };
 
 } // namespace
@@ -279,14 +287,6 @@ TEST_CASE("after a pass with work, a data plane polls for busy_poll before it sl
 	Receiver r;
 	DataPlane& plane_b = r.plane_b;
 	DataPathStats& stats_b = r.stats_b;
-	// One ESP datagram to B; true once its inner packet came out of tun B.
-	std::vector<uint8_t> out(2048);
-	auto deliver = [&] {
-		auto pkt = ipv4_packet(0x0a630001, 0x0a630002, 100);
-		r.send(r.seal(pkt));
-		return test::wait_readable(r.tun_b.test_end.get()) &&
-		       read(r.tun_b.test_end.get(), out.data(), out.size()) == ssize_t(pkt.size());
-	};
 	platform::UniqueFd stop = platform::make_eventfd();
 	int err = -1;
 	const TunIoStats& io = plane_b.io_stats();
@@ -295,9 +295,9 @@ TEST_CASE("after a pass with work, a data plane polls for busy_poll before it sl
 		// Windows far longer than the test needs between two packets.
 		plane_b.set_busy_poll(std::chrono::milliseconds(1500));
 		std::thread run([&] { err = plane_b.run(stop.get()); });
-		CHECK(deliver());
-		CHECK(deliver());
-		CHECK(deliver());
+		CHECK(r.deliver());
+		CHECK(r.deliver());
+		CHECK(r.deliver());
 		platform::eventfd_signal(stop.get());
 		run.join();
 		// Asleep only before the first packet; each packet after it, and the
@@ -310,19 +310,19 @@ TEST_CASE("after a pass with work, a data plane polls for busy_poll before it sl
 	SUBCASE("a window that finds nothing ends in sleep") {
 		plane_b.set_busy_poll(std::chrono::milliseconds(20));
 		std::thread run([&] { err = plane_b.run(stop.get()); });
-		CHECK(deliver());
+		CHECK(r.deliver());
 		CHECK(eventually([&] { return io.poll_waits.get() == 2; }));
 		CHECK(io.busy_polls.get() == 1);
 		CHECK(io.busy_poll_hits.get() == 0);
-		CHECK(deliver());
+		CHECK(r.deliver());
 		platform::eventfd_signal(stop.get());
 		run.join();
 	}
 	SUBCASE("without busy_poll the loop sleeps between packets") {
 		std::thread run([&] { err = plane_b.run(stop.get()); });
-		CHECK(deliver());
+		CHECK(r.deliver());
 		CHECK(eventually([&] { return io.poll_waits.get() == 2; }));
-		CHECK(deliver());
+		CHECK(r.deliver());
 		CHECK(eventually([&] { return io.poll_waits.get() == 3; }));
 		platform::eventfd_signal(stop.get());
 		run.join();
@@ -338,13 +338,6 @@ TEST_CASE("after a pass with work, a data plane polls for busy_poll before it sl
 TEST_CASE("after waking from an idle spell, a data plane polls once for wake_poll") {
 	Receiver r;
 	DataPlane& plane_b = r.plane_b;
-	std::vector<uint8_t> out(2048);
-	auto deliver = [&] {
-		auto pkt = ipv4_packet(0x0a630001, 0x0a630002, 100);
-		r.send(r.seal(pkt));
-		return test::wait_readable(r.tun_b.test_end.get()) &&
-		       read(r.tun_b.test_end.get(), out.data(), out.size()) == ssize_t(pkt.size());
-	};
 	platform::UniqueFd stop = platform::make_eventfd();
 	int err = -1;
 	const TunIoStats& io = plane_b.io_stats();
@@ -357,14 +350,14 @@ TEST_CASE("after waking from an idle spell, a data plane polls once for wake_pol
 		plane_b.set_wake_poll(std::chrono::milliseconds(1500), std::chrono::milliseconds(5));
 		std::thread run([&] { err = plane_b.run(stop.get()); });
 		std::this_thread::sleep_for(std::chrono::milliseconds(50));
-		CHECK(deliver()); // wakes the loop after an idle spell: a window opens
-		CHECK(deliver()); // found by that window
+		CHECK(r.deliver()); // wakes the loop after an idle spell: a window opens
+		CHECK(r.deliver()); // found by that window
 		// That pass came from polling, not from an idle spell: the loop sleeps.
 		CHECK(asleep(2));
 		CHECK(io.wake_polls.get() == 1);
 		CHECK(io.wake_poll_hits.get() == 1);
 		std::this_thread::sleep_for(std::chrono::milliseconds(50));
-		CHECK(deliver()); // a second idle spell, a second window
+		CHECK(r.deliver()); // a second idle spell, a second window
 		CHECK(eventually([&] { return io.wake_polls.get() == 2; }));
 		platform::eventfd_signal(stop.get()); // found by the window
 		run.join();
@@ -376,9 +369,9 @@ TEST_CASE("after waking from an idle spell, a data plane polls once for wake_pol
 		// An idle spell would take an hour: every sleep here is short.
 		plane_b.set_wake_poll(std::chrono::milliseconds(1500), std::chrono::hours(1));
 		std::thread run([&] { err = plane_b.run(stop.get()); });
-		CHECK(deliver());
+		CHECK(r.deliver());
 		CHECK(asleep(2));
-		CHECK(deliver());
+		CHECK(r.deliver());
 		CHECK(asleep(3));
 		platform::eventfd_signal(stop.get());
 		run.join();
@@ -389,7 +382,7 @@ TEST_CASE("after waking from an idle spell, a data plane polls once for wake_pol
 		plane_b.set_wake_poll(std::chrono::milliseconds(20), std::chrono::milliseconds(5));
 		std::thread run([&] { err = plane_b.run(stop.get()); });
 		std::this_thread::sleep_for(std::chrono::milliseconds(50));
-		CHECK(deliver());
+		CHECK(r.deliver());
 		CHECK(asleep(2));
 		CHECK(io.wake_polls.get() == 1);
 		CHECK(io.wake_poll_hits.get() == 0);
@@ -401,7 +394,7 @@ TEST_CASE("after waking from an idle spell, a data plane polls once for wake_pol
 		plane_b.set_wake_poll(std::chrono::milliseconds(1500), std::chrono::milliseconds(5));
 		std::thread run([&] { err = plane_b.run(stop.get()); });
 		std::this_thread::sleep_for(std::chrono::milliseconds(50));
-		CHECK(deliver());
+		CHECK(r.deliver());
 		CHECK(asleep(2)); // after the 20 ms busy window, not a 1.5 s wake window
 		CHECK(io.busy_polls.get() == 1);
 		CHECK(io.wake_polls.get() == 0);

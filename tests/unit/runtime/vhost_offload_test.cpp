@@ -109,6 +109,13 @@ struct Bed : test::VhostBed {
 		return {slot, buf.subspan(esp::kHeadroom, pkt.size())};
 	}
 
+	/// The one write the port made to the tun fd, a merged run: its header and packet.
+	TxBuf written_run() {
+		const std::vector<Bytes> got = tun_written();
+		REQUIRE(got.size() == 1);
+		return {*VnetHdr::parse(got[0]), Bytes(got[0].begin() + kVirtioNetHdrLen, got[0].end()), 1};
+	}
+
 	/// What the port wrote to the tun fd: [header][packet] per write.
 	std::vector<Bytes> tun_written() {
 		std::vector<Bytes> out;
@@ -450,10 +457,7 @@ TEST_CASE("vhost with UDP GRO slots: a small batch on an idle ring is written fr
 		for (size_t i = 0; i < sa.size(); i++)
 			ws.push_back(bed.inbound(1, sa[i], i * 2100));
 		CHECK(bed.port->write_batch(ws) == 0);
-		got = bed.tun_written();
-		REQUIRE(got.size() == 1);
-		Bed::TxBuf t{*VnetHdr::parse(got[0]), Bytes(got[0].begin() + kVirtioNetHdrLen, got[0].end()),
-		             1};
+		const Bed::TxBuf t = bed.written_run();
 		CHECK(t.hdr.gso_size == 2000);
 		CHECK(resegment(t) == sa);
 		CHECK(bed.port->free_buffers() == kQ + kTunBatch);
@@ -485,10 +489,7 @@ TEST_CASE("vhost with UDP GRO slots: a small batch on an idle ring is written fr
 		for (size_t i = 0; i < sa.size(); i++)
 			ws.push_back(bed.inbound(1, sa[i], i * 1100));
 		CHECK(bed.port->write_batch(ws) == 0);
-		got = bed.tun_written();
-		REQUIRE(got.size() == 1);
-		Bed::TxBuf t{*VnetHdr::parse(got[0]), Bytes(got[0].begin() + kVirtioNetHdrLen, got[0].end()),
-		             1};
+		const Bed::TxBuf t = bed.written_run();
 		CHECK(resegment(t) == sa);
 		CHECK(bed.port->free_buffers() == kTunBatch);
 		for (uint32_t i = 0; i < q; i++)

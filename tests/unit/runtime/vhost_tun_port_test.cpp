@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstring>
 #include <doctest/doctest.h>
+#include <memory>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -277,48 +278,72 @@ std::vector<uint8_t> ipv4(uint8_t src, uint8_t dst, size_t payload, uint8_t seed
 	return p;
 }
 
+/// Data plane a (direct I/O on a socket pair) and data plane b (on the bed's
+/// vhost port, every packet through the ring), ESP between them on loopback.
+struct Planes {
+	std::vector<uint8_t> k_ab = std::vector<uint8_t>(20, 0x11), k_ba = std::vector<uint8_t>(20, 0x22);
+	platform::UdpSocket udp_a = platform::UdpSocket::bind(Endpoint{IpAddress::v4(0x7f000001), 0});
+	platform::UdpSocket udp_b = platform::UdpSocket::bind(Endpoint{IpAddress::v4(0x7f000001), 0});
+	SaTable table_a{
+	    {test::gcm_peer("b", udp_b.local_endpoint(), "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)}};
+	SaTable table_b{
+	    {test::gcm_peer("a", udp_a.local_endpoint(), "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)}};
+	platform::UniqueFd tun_a_plane, tun_a_test;
+	DataPathStats stats_a, stats_b;
+	Bed bed;
+	platform::MmsgEngine engine_b{udp_b};
+
+	/// @gro: b's socket has UDP GRO and its port the GRO receive slots.
+	explicit Planes(bool gro) : bed(0, gro) {
+		if (gro) REQUIRE(udp_b.enable_gro());
+		int sv[2];
+		REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
+		tun_a_plane.reset(sv[0]);
+		tun_a_test.reset(sv[1]);
+		bed.port->start();
+		plane_a = std::make_unique<DataPlane>(table_a, tun_a_plane.get(), udp_a, stats_a);
+		plane_b = std::make_unique<DataPlane>(table_b, *bed.port, engine_b, stats_b);
+	}
+	std::unique_ptr<DataPlane> plane_a, plane_b;
+
+	/// @pkts written to a's tun and sent by a in one batch.
+	void send_from_a(const std::vector<std::vector<uint8_t>>& pkts) {
+		for (const auto& p : pkts)
+			REQUIRE(write(tun_a_test.get(), p.data(), p.size()) == ssize_t(p.size()));
+		plane_a->outbound_batch();
+		CHECK(stats_a.udp_tx_packets.get() == pkts.size());
+	}
+	/// b receives until @sent all arrived (or the socket stays quiet); each
+	/// must come out of the TX ring or, once it is full, as a direct write,
+	/// in order. Return: how many came through the ring.
+	size_t receive_at_b(const std::vector<std::vector<uint8_t>>& sent) {
+		size_t got = 0, direct = 0;
+		while (stats_b.udp_rx_packets.get() < sent.size() && test::wait_readable(udp_b.fd())) {
+			plane_b->inbound_batch();
+			while (bed.tx_dev->avail_pending() && got < sent.size())
+				CHECK(bed.device_tx() == sent[got++]);
+			(void)bed.tx_dev->flush_used();
+			for (const auto& p : bed.tun_written()) // ring full: direct, still in order here
+				CHECK(p == sent[got + direct++]);
+		}
+		CHECK(got + direct == sent.size());
+		CHECK(stats_b.tun_tx_packets.get() == sent.size());
+		CHECK(bed.stats.tx_ring_packets.get() + bed.stats.direct_writes.get() == sent.size());
+		return got;
+	}
+};
+
 } // namespace
 
 TEST_CASE("data plane over a vhost port: ESP in both directions, receive buffers swapped into the TX ring") {
-	std::vector<uint8_t> k_ab(20, 0x11), k_ba(20, 0x22);
-	Endpoint loopback{IpAddress::v4(0x7f000001), 0};
-	platform::UdpSocket udp_a = platform::UdpSocket::bind(loopback);
-	platform::UdpSocket udp_b = platform::UdpSocket::bind(loopback);
-	SaTable table_a(
-	    {test::gcm_peer("b", udp_b.local_endpoint(), "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)});
-	SaTable table_b(
-	    {test::gcm_peer("a", udp_a.local_endpoint(), "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)});
-	int sv[2];
-	REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
-	platform::UniqueFd tun_a_plane(sv[0]), tun_a_test(sv[1]);
-	DataPathStats stats_a, stats_b;
-	DataPlane plane_a(table_a, tun_a_plane.get(), udp_a, stats_a); // direct
-	Bed bed(0); // b: vhost, every packet through the ring
-	bed.port->start();
-	platform::MmsgEngine engine_b(udp_b);
-	DataPlane plane_b(table_b, *bed.port, engine_b, stats_b);
-
+	Planes t(false);
+	Bed& bed = t.bed;
 	// a -> b: 12 packets (more than the ring of 8 holds) arrive in b's TX ring.
 	std::vector<std::vector<uint8_t>> sent;
-	for (size_t i = 0; i < 12; i++) {
+	for (size_t i = 0; i < 12; i++)
 		sent.push_back(ipv4(1, 2, 10 + i * 111, uint8_t(i)));
-		REQUIRE(write(tun_a_test.get(), sent.back().data(), sent.back().size()) ==
-		        ssize_t(sent.back().size()));
-	}
-	plane_a.outbound_batch();
-	CHECK(stats_a.udp_tx_packets.get() == 12);
-	size_t got = 0, direct = 0;
-	while (stats_b.udp_rx_packets.get() < 12 && test::wait_readable(udp_b.fd())) {
-		plane_b.inbound_batch();
-		while (bed.tx_dev->avail_pending() && got < sent.size())
-			CHECK(bed.device_tx() == sent[got++]);
-		(void)bed.tx_dev->flush_used();
-		for (const auto& p : bed.tun_written()) // ring full: direct, still in order here
-			CHECK(p == sent[got + direct++]);
-	}
-	CHECK(got + direct == 12);
-	CHECK(stats_b.tun_tx_packets.get() == 12);
-	CHECK(bed.stats.tx_ring_packets.get() + bed.stats.direct_writes.get() == 12);
+	t.send_from_a(sent);
+	t.receive_at_b(sent);
 	CHECK(bed.stats.direct_writes.get() == bed.stats.ring_full.get());
 
 	// b -> a: the device hands b's data plane packets through the RX ring.
@@ -328,14 +353,14 @@ TEST_CASE("data plane over a vhost port: ESP in both directions, receive buffers
 		bed.device_rx(back.back());
 	}
 	CHECK(!bed.port->can_sleep());
-	plane_b.outbound_batch();
-	CHECK(stats_b.udp_tx_packets.get() == 5);
+	t.plane_b->outbound_batch();
+	CHECK(t.stats_b.udp_tx_packets.get() == 5);
 	CHECK(bed.port->rx_queue().in_flight() == kQ); // re-posted
 	size_t n = 0;
 	std::vector<uint8_t> buf(70000);
-	while (n < back.size() && test::wait_readable(udp_a.fd())) {
-		plane_a.inbound_batch();
-		for (ssize_t r; (r = read(tun_a_test.get(), buf.data(), buf.size())) >= 0; n++) {
+	while (n < back.size() && test::wait_readable(t.udp_a.fd())) {
+		t.plane_a->inbound_batch();
+		for (ssize_t r; (r = read(t.tun_a_test.get(), buf.data(), buf.size())) >= 0; n++) {
 			REQUIRE(n < back.size());
 			CHECK(std::vector<uint8_t>(buf.begin(), buf.begin() + r) == back[n]);
 		}
@@ -345,55 +370,21 @@ TEST_CASE("data plane over a vhost port: ESP in both directions, receive buffers
 
 TEST_CASE("data plane over a vhost port with UDP GRO: a train arrives in one receive slot and each "
           "packet reaches the TX ring as a copy, in order") {
-	std::vector<uint8_t> k_ab(20, 0x11), k_ba(20, 0x22);
-	Endpoint loopback{IpAddress::v4(0x7f000001), 0};
-	platform::UdpSocket udp_a = platform::UdpSocket::bind(loopback);
-	platform::UdpSocket udp_b = platform::UdpSocket::bind(loopback);
-	REQUIRE(udp_b.enable_gro());
-	SaTable table_a(
-	    {test::gcm_peer("b", udp_b.local_endpoint(), "10.99.0.2/32", 0x1001, 0x2001, k_ab, k_ba)});
-	SaTable table_b(
-	    {test::gcm_peer("a", udp_a.local_endpoint(), "10.99.0.1/32", 0x2001, 0x1001, k_ba, k_ab)});
-	int sv[2];
-	REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
-	platform::UniqueFd tun_a_plane(sv[0]), tun_a_test(sv[1]);
-	DataPathStats stats_a, stats_b;
-	DataPlane plane_a(table_a, tun_a_plane.get(), udp_a, stats_a); // direct, UDP GSO on
-	Bed bed(0, true);
-	bed.port->start();
-	const uint8_t* const slot0 = bed.port->recv_slots()[0].buf.data();
-	platform::MmsgEngine engine_b(udp_b);
-	DataPlane plane_b(table_b, *bed.port, engine_b, stats_b);
-
+	Planes t(true);
+	const uint8_t* const slot0 = t.bed.port->recv_slots()[0].buf.data();
 	// a -> b: 20 packets of one size leave as one GSO train and arrive as one
 	// GRO buffer; the ring (8 descriptors) takes 8 copies, the rest go direct.
 	std::vector<std::vector<uint8_t>> sent;
-	for (size_t i = 0; i < 20; i++) {
+	for (size_t i = 0; i < 20; i++)
 		sent.push_back(ipv4(1, 2, 500, uint8_t(i)));
-		REQUIRE(write(tun_a_test.get(), sent.back().data(), sent.back().size()) ==
-		        ssize_t(sent.back().size()));
-	}
-	plane_a.outbound_batch();
-	CHECK(stats_a.udp_tx_packets.get() == 20);
-	CHECK(udp_a.gso_stats().trains >= 1);
-	size_t got = 0, direct = 0;
-	while (stats_b.udp_rx_packets.get() < 20 && test::wait_readable(udp_b.fd())) {
-		plane_b.inbound_batch();
-		while (bed.tx_dev->avail_pending() && got < sent.size())
-			CHECK(bed.device_tx() == sent[got++]);
-		(void)bed.tx_dev->flush_used();
-		for (const auto& p : bed.tun_written())
-			CHECK(p == sent[got + direct++]);
-	}
-	CHECK(got + direct == 20);
-	CHECK(stats_b.udp_gro_buffers.get() >= 1);
-	CHECK(stats_b.udp_rx_packets.get() == 20);
-	CHECK(stats_b.tun_tx_packets.get() == 20);
-	CHECK(bed.stats.tx_ring_packets.get() >= kQ);
-	CHECK(bed.stats.tx_ring_packets.get() + bed.stats.direct_writes.get() == 20);
-	CHECK(bed.port->recv_slots()[0].buf.data() == slot0); // the slot kept its buffer
+	t.send_from_a(sent);
+	CHECK(t.udp_a.gso_stats().trains >= 1);
+	CHECK(t.receive_at_b(sent) >= kQ);
+	CHECK(t.stats_b.udp_gro_buffers.get() >= 1);
+	CHECK(t.stats_b.udp_rx_packets.get() == 20);
+	CHECK(t.bed.port->recv_slots()[0].buf.data() == slot0); // the slot kept its buffer
 	for (size_t i = 0; i < kDropReasons; i++)
-		CHECK(stats_b.drops[i].get() == 0);
+		CHECK(t.stats_b.drops[i].get() == 0);
 }
 
 TEST_CASE("tun-side system call counters: one per read()/write()/kick/call read, EAGAIN included, "
