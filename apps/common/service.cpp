@@ -419,8 +419,10 @@ void run_service(const conf::Config& config, const std::string& program) {
 	// 6. The tun ports: vhost rings (a vhost-net device per worker) or the
 	// tun queue itself. A vhost failure is fatal for "vhost" and a fall-back
 	// to direct I/O for every worker with "auto", like one in step 2.
-	// UDP GRO needs 64 KiB receive buffers (every port has them with GRO on)
-	// and the engine that reads its control message (mmsg).
+	//
+	// UDP GRO needs the engine that reads its control message (mmsg) and
+	// 64 KiB receive buffers: the direct ports always have them, a vhost port
+	// only when built for GRO, so a vhost worker's socket gets GRO first.
 	auto want_gro = [&](const Worker& wk) {
 		return tc.udp_gro && std::string_view(wk.engine->name()) == "mmsg";
 	};

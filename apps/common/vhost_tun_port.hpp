@@ -52,8 +52,8 @@
 // ~45 ESP datagrams, one kernel buffer instead of one per datagram, and the
 // pool-sized slot buffers cannot take it. The slots become kTunBatch buffers
 // of esp::kBufferSize outside the device's memory (4 MiB per worker), and
-// each decrypted packet bound for the TX ring is copied (~1.4 KB, tens of
-// nanoseconds) into a free pool buffer, which goes to the ring; a GRO run
+// each decrypted packet bound for the TX ring is copied (~1.4 KB) into a
+// free pool buffer, which goes to the ring; a GRO run
 // goes as a chain of such copies. The slot keeps its buffer, so the packets
 // of one train need no shared ownership of it. Direct writes still go from
 // the slot in place. The pool buffers that would have been slots join the
