@@ -3,7 +3,7 @@
 // string when the value is fine, else a message that says how to fix it.
 #pragma once
 
-#include "tunnel/inet.hpp"
+#include "base/inet.hpp"
 
 #include <cstdint>
 #include <filesystem>

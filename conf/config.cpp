@@ -5,8 +5,8 @@
 
 #include "conf/checks.hpp"
 #include "conf/loader.hpp"
+#include "ike/engine.hpp"
 #include "tunnel/address_pool.hpp"
-#include "tunnel/ike/engine.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -254,7 +254,7 @@ void Loader::parse_tunnel(const toml::table& t) {
 		if (!p || p->network() != *p)
 			fail(a.line, "address_pool entry " + q(a.value) +
 			                 " is not a network; write e.g. \"10.77.0.0/24\" (host bits clear)");
-		if (p->addr.max_prefix() - p->len > AddressPool::kMaxHostBits)
+		if (p->addr.max_prefix() - p->len > tunnel::AddressPool::kMaxHostBits)
 			fail(a.line, "address_pool entry " + q(a.value) + " is larger than " +
 			                 (p->addr.family == Family::v4 ? "a /16" : "a /112") +
 			                 " (2^16 addresses); split off a smaller network for clients");

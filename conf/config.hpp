@@ -2,9 +2,9 @@
 // place that includes toml++; everything else sees these values.
 #pragma once
 
+#include "base/inet.hpp"
 #include "crypto/esp_transform.hpp"
-#include "tunnel/ike/proposal.hpp"
-#include "tunnel/inet.hpp"
+#include "ike/proposal.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -99,7 +99,7 @@ struct TunnelConfig {
 	/// receive buffers are one packet long)
 	bool udp_gro = true;
 	/// direct tun I/O: IFF_VNET_HDR + TUNSETOFFLOAD, so the kernel hands over
-	/// and takes TCP/UDP super-packets (apps/common/offload_tun_port.hpp)
+	/// and takes TCP/UDP super-packets (datapath/offload_tun_port.hpp)
 	bool tun_offload = true;
 	/// Data-path threads, each with its own tun queue (IFF_MULTI_QUEUE) and
 	/// underlay socket (SO_REUSEPORT); 0 = one per CPU this process may use,
@@ -121,7 +121,7 @@ struct TunnelConfig {
 	uint32_t wake_poll_us = kDefaultWakePollUs;
 	std::string control_socket; ///< default /run/esptun/<interface>.sock
 	/// Where outbound sequence numbers are kept across restarts
-	/// (<state_dir>/<interface>.seq, apps/common/seq_state.hpp)
+	/// (<state_dir>/<interface>.seq, service/seq_state.hpp)
 	std::string state_dir = "/var/lib/esptun";
 	bool route_all = false; ///< client only: default route through the tunnel
 	/// UDP port for IKE_SA_INIT from initiators that start on port 500 (RFC

@@ -2,7 +2,7 @@
 // timers of a peer that negotiates its SAs with IKEv2 (see config.hpp).
 #include "conf/checks.hpp"
 #include "conf/loader.hpp"
-#include "tunnel/ike/engine.hpp"
+#include "ike/engine.hpp"
 
 namespace esptun::conf::detail {
 

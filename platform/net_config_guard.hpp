@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "tunnel/inet.hpp"
+#include "base/inet.hpp"
 
 namespace esptun::platform {
 

@@ -14,7 +14,7 @@
 #include <sys/time.h>
 #include <vector>
 
-#include "platform/error.hpp"
+#include "base/error.hpp"
 #include "platform/sockaddr.hpp"
 #include "platform/unique_fd.hpp"
 

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "tunnel/inet.hpp"
+#include "base/inet.hpp"
 
 namespace esptun::platform {
 

@@ -10,7 +10,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "platform/error.hpp"
+#include "base/error.hpp"
 #include "platform/unique_fd.hpp"
 
 namespace esptun::platform {

@@ -6,7 +6,7 @@
 #include <optional>
 #include <sys/socket.h>
 
-#include "tunnel/inet.hpp"
+#include "base/inet.hpp"
 
 namespace esptun::platform {
 

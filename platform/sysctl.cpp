@@ -1,7 +1,7 @@
 // Per-interface sysctls: see sysctl.hpp.
 #include "platform/sysctl.hpp"
 
-#include "platform/error.hpp"
+#include "base/error.hpp"
 #include "platform/unique_fd.hpp"
 
 #include <cerrno>

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <sys/uio.h>
 
-#include "platform/error.hpp"
+#include "base/error.hpp"
 #include "platform/unique_fd.hpp"
 
 namespace esptun::platform {

@@ -8,9 +8,9 @@
 #include <optional>
 #include <span>
 
-#include "platform/error.hpp"
+#include "base/error.hpp"
+#include "base/inet.hpp"
 #include "platform/unique_fd.hpp"
-#include "tunnel/inet.hpp"
 
 namespace esptun::platform {
 

@@ -5,7 +5,7 @@
 #include <unistd.h>
 #include <utility>
 
-#include "platform/error.hpp"
+#include "base/error.hpp"
 
 namespace esptun::platform {
 

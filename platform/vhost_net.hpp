@@ -2,7 +2,7 @@
 // identity memory table, vring NUM/BASE/ADDR/KICK/CALL, backend = the tun fd)
 // and the one anonymous mapping that holds both rings and the packet buffers.
 // Every ioctl of the vhost data path lives here; the rings themselves are
-// virtio/split_queue.hpp, and apps/common/vhost_tun_port.hpp drives them.
+// virtio/split_queue.hpp, and datapath/vhost_tun_port.hpp drives them.
 //
 // Set-up order (what ../shared/reference/vm-spike found to work on 6.1):
 //   tun opened IFF_TUN|IFF_NO_PI, TUNSETSNDBUF != INT_MAX
@@ -13,7 +13,7 @@
 //   -> (driver posts RX buffers) -> VHOST_NET_SET_BACKEND(tun) for both -> kick RX.
 #pragma once
 
-#include "platform/error.hpp"
+#include "base/error.hpp"
 #include "platform/unique_fd.hpp"
 
 #include <array>

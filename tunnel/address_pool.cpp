@@ -1,12 +1,12 @@
 // Leases of client addresses: see address_pool.hpp.
 #include "tunnel/address_pool.hpp"
 
-#include "tunnel/bytes.hpp"
+#include "base/bytes.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
-namespace esptun {
+namespace esptun::tunnel {
 
 struct AddressPool::Range {
 	IpPrefix prefix; ///< network form
@@ -146,4 +146,4 @@ std::vector<AddressPool::Usage> AddressPool::usage() const {
 	return out;
 }
 
-} // namespace esptun
+} // namespace esptun::tunnel

@@ -3,7 +3,7 @@
 // to that client's SAs and packets from it are accepted from that client.
 #pragma once
 
-#include "tunnel/inet.hpp"
+#include "base/inet.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace esptun {
+namespace esptun::tunnel {
 
 struct Peer;
 
@@ -88,4 +88,4 @@ private:
 	std::unordered_map<const Peer*, std::vector<IpAddress>> held_, previous_;
 };
 
-} // namespace esptun
+} // namespace esptun::tunnel

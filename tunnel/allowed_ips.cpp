@@ -1,11 +1,11 @@
 // Longest-prefix match: see allowed_ips.hpp.
 #include "tunnel/allowed_ips.hpp"
 
-#include "tunnel/bytes.hpp"
+#include "base/bytes.hpp"
 
 #include <algorithm>
 
-namespace esptun {
+namespace esptun::tunnel {
 
 AllowedIps::Key AllowedIps::key_of(const IpAddress& addr, unsigned len) noexcept {
 	IpAddress m = addr.masked(len);
@@ -30,4 +30,4 @@ Peer* AllowedIps::lookup(const IpAddress& addr) const noexcept {
 	return nullptr;
 }
 
-} // namespace esptun
+} // namespace esptun::tunnel

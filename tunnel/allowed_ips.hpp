@@ -2,13 +2,13 @@
 // SA for an inner destination and checks an inbound packet's inner source.
 #pragma once
 
-#include "tunnel/inet.hpp"
+#include "base/inet.hpp"
 
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
 
-namespace esptun {
+namespace esptun::tunnel {
 
 struct Peer;
 
@@ -46,4 +46,4 @@ private:
 	std::vector<Level> v4_, v6_; ///< sorted by prefix length, longest first
 };
 
-} // namespace esptun
+} // namespace esptun::tunnel

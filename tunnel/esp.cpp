@@ -1,14 +1,14 @@
 // ESP encapsulation and decapsulation: see esp.hpp for the packet flow.
 #include "tunnel/esp.hpp"
 
-#include "tunnel/bytes.hpp"
+#include "base/bytes.hpp"
 #include "tunnel/esp_wire.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <mutex>
 
-namespace esptun {
+namespace esptun::tunnel {
 namespace {
 
 OutboundResult out_drop(Drop d, Peer* peer = nullptr) noexcept { return {Verdict::drop, d, peer, {}, {}}; }
@@ -229,4 +229,4 @@ InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const 
 	return r;
 }
 
-} // namespace esptun
+} // namespace esptun::tunnel

@@ -1,5 +1,5 @@
 // Encapsulation and decapsulation of one packet, in place, with no I/O: the
-// caller reads and writes devices and sockets (apps/common/data_plane.cpp).
+// caller reads and writes devices and sockets (datapath/data_plane.cpp).
 //
 // Outbound: inner packet from the tun -> peer by inner destination -> next
 //   sequence number -> pad and trailer -> seal (IV, encrypt, ICV) -> datagram
@@ -14,14 +14,14 @@
 // and the table frees a replaced SA only once every worker has left.
 #pragma once
 
-#include "tunnel/counters.hpp"
-#include "tunnel/inet.hpp"
+#include "base/counters.hpp"
+#include "base/inet.hpp"
 #include "tunnel/sa.hpp"
 
 #include <cstdint>
 #include <span>
 
-namespace esptun {
+namespace esptun::tunnel {
 
 /// What became of a packet. Exactly one of the fields describes it.
 enum class Verdict : uint8_t { forward, drop, ignore };
@@ -70,4 +70,4 @@ InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const 
 /// Parses the destination (or source) address of an IPv4/IPv6 packet; false if malformed.
 bool inner_address(std::span<const uint8_t> pkt, bool source, IpAddress& out) noexcept;
 
-} // namespace esptun
+} // namespace esptun::tunnel

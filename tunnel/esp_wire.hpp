@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace esptun::esp {
+namespace esptun::tunnel::esp {
 
 inline constexpr uint16_t kNatTPort = 4500;    // RFC 3948 section 2
 inline constexpr size_t kHeaderLen = 8;        // SPI + sequence number, RFC 4303 section 2
@@ -59,4 +59,4 @@ inline size_t max_inner_mtu(const crypto::CipherSpec& spec, size_t underlay_mtu,
 	return room - kTrailerLen;
 }
 
-} // namespace esptun::esp
+} // namespace esptun::tunnel::esp

@@ -3,7 +3,7 @@
 
 #include <bit>
 
-namespace esptun {
+namespace esptun::tunnel {
 
 ReplayWindow::ReplayWindow(uint32_t size, bool esn) : size_(size), esn_(esn) {
 	// One spare word beyond the window so that sliding by a partial word
@@ -72,4 +72,4 @@ bool ReplayWindow::commit(uint64_t seq) noexcept {
 	return newest;
 }
 
-} // namespace esptun
+} // namespace esptun::tunnel

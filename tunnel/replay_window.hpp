@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-namespace esptun {
+namespace esptun::tunnel {
 
 class ReplayWindow {
 public:
@@ -47,4 +47,4 @@ private:
 	bool esn_;
 };
 
-} // namespace esptun
+} // namespace esptun::tunnel

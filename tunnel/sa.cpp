@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <utility>
 
-namespace esptun {
+namespace esptun::tunnel {
 namespace {
 
 std::string spi_text(uint32_t spi) {
@@ -211,7 +211,7 @@ void SaTable::check_dynamic_peer(const Peer& peer, const char* what) const {
 		throw std::invalid_argument(std::string(what) + ": peer " + peer.name +
 		                            " is not in this table");
 	// Static SAs are never replaced: their sequence numbers live in the state
-	// file (apps/common/seq_state.hpp), keyed by the configured SPI.
+	// file (service/seq_state.hpp), keyed by the configured SPI.
 	if (peer.keyed_statically)
 		throw std::invalid_argument(std::string(what) + ": peer " + peer.name +
 		                            " is keyed statically (its SAs come from the config)");
@@ -374,4 +374,4 @@ PeerSaInfo SaTable::sa_info(const Peer& peer) const {
 	return info;
 }
 
-} // namespace esptun
+} // namespace esptun::tunnel

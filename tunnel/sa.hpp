@@ -32,11 +32,11 @@
 // remove the old inbound SA last, when the peer says so.
 #pragma once
 
+#include "base/counters.hpp"
+#include "base/inet.hpp"
 #include "crypto/esp_transform.hpp"
 #include "tunnel/address_pool.hpp"
 #include "tunnel/allowed_ips.hpp"
-#include "tunnel/counters.hpp"
-#include "tunnel/inet.hpp"
 #include "tunnel/replay_window.hpp"
 
 #include <array>
@@ -51,7 +51,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace esptun {
+namespace esptun::tunnel {
 
 /// Everything needed to build one SA direction of a statically keyed peer.
 struct SaParams {
@@ -105,7 +105,7 @@ struct OutboundSa {
 	std::atomic<uint64_t> next_seq{1}; ///< the next number to take
 	std::atomic<uint64_t> last_seq{0}; ///< the highest number taken and sealed so far
 	/// The highest sequence number the data path may use: what the state file
-	/// has reserved (apps/common/seq_state.hpp); no limit without one.
+	/// has reserved (service/seq_state.hpp); no limit without one.
 	std::atomic<uint64_t> seq_limit{UINT64_MAX};
 	SharedCounter packets, bytes; ///< bytes: inner packet bytes
 
@@ -430,4 +430,4 @@ private:
 	bool valid_ = false;
 };
 
-} // namespace esptun
+} // namespace esptun::tunnel

@@ -14,7 +14,7 @@
 // publish, enable_call_notifications() before sleeping on the call eventfd.
 #pragma once
 
-#include "tunnel/counters.hpp"
+#include "base/counters.hpp"
 #include "virtio/virtio_ring_layout.hpp"
 
 #include <array>

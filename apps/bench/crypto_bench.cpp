@@ -29,9 +29,9 @@
 #include "apps/bench/crypto_bench_subjects.hpp"
 
 #include "apps/bench/demo_config.hpp"
-#include "apps/common/json.hpp"
 #include "crypto/cbc_hmac_stitched.hpp"
 #include "crypto/esp_transform.hpp"
+#include "service/json.hpp"
 #include "tunnel/esp.hpp"
 #include "tunnel/esp_wire.hpp"
 #include "tunnel/sa.hpp"
@@ -384,7 +384,7 @@ void print_table(std::FILE* to, const Machine& m, const Options& o, const std::v
 		             g.what.c_str(), g.measured.c_str());
 }
 
-void write_stat(JsonWriter& j, const char* prefix, const Stat& s, size_t size) {
+void write_stat(service::JsonWriter& j, const char* prefix, const Stat& s, size_t size) {
 	const std::string p(prefix);
 	if (!s.valid) {
 		j.key(p + "_ns").null().key(p + "_mbps").null();
@@ -395,7 +395,7 @@ void write_stat(JsonWriter& j, const char* prefix, const Stat& s, size_t size) {
 }
 
 std::string to_json(const Machine& m, const Options& o, const std::vector<Row>& rows) {
-	JsonWriter j;
+	service::JsonWriter j;
 	j.begin_object();
 	j.key("machine")
 	    .begin_object()

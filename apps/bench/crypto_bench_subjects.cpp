@@ -34,7 +34,7 @@ public:
 	    : Subject(std::string(crypto::cipher_spec(cipher).name),
 	              std::string(crypto::cipher_spec(cipher).name), "", false, false),
 	      keys_(make_sa_keys(crypto::cipher_spec(cipher))), table_(params(cipher, impl, keys_)),
-	      peer_(*table_.peers().front()), buf_(esp::kBufferSize), inner_(random_bytes(kMaxSize)) {
+	      peer_(*table_.peers().front()), buf_(tunnel::esp::kBufferSize), inner_(random_bytes(kMaxSize)) {
 		const crypto::CipherSpec& spec = crypto::cipher_spec(cipher);
 		if (spec.aead && gcm != crypto::GcmImpl::automatic) {
 			peer_.out.transforms[0] =
@@ -43,14 +43,14 @@ public:
 			    std::make_unique<crypto::AesGcmTransform>(spec, keys_.enc_key, true, gcm);
 		}
 		impl_ = std::string(peer_.out.transforms[0]->impl_name());
-		pristine_.resize(esp::kBufferSize);
-		work_.resize(esp::kBufferSize);
+		pristine_.resize(tunnel::esp::kBufferSize);
+		work_.resize(tunnel::esp::kBufferSize);
 	}
 
 	void prepare(size_t size) override {
 		// An IPv4 header (version, total length, destination) on random bytes:
 		// encapsulate() reads the version and routes on the destination.
-		uint8_t* in = buf_.data() + esp::kHeadroom;
+		uint8_t* in = buf_.data() + tunnel::esp::kHeadroom;
 		std::memcpy(in, inner_.data(), size);
 		in[0] = 0x45;
 		in[2] = uint8_t(size >> 8);
@@ -58,8 +58,8 @@ public:
 		const uint8_t dst[4] = {10, 99, 0, 2};
 		std::memcpy(in + 16, dst, 4);
 		peer_.out.next_seq = kFirstSeq;
-		const OutboundResult r = encapsulate(table_, buf_, size);
-		if (r.verdict != Verdict::forward)
+		const tunnel::OutboundResult r = tunnel::encapsulate(table_, buf_, size);
+		if (r.verdict != tunnel::Verdict::forward)
 			throw std::runtime_error("encapsulate() refused the benchmark packet (size " +
 			                         std::to_string(size) + ")");
 		off_ = size_t(r.datagram.data() - buf_.data());
@@ -89,18 +89,18 @@ public:
 	}
 
 private:
-	static std::vector<PeerParams> params(Cipher cipher, CryptoImpl impl, const SaKeys& keys) {
-		PeerParams p;
+	static std::vector<tunnel::PeerParams> params(Cipher cipher, CryptoImpl impl, const SaKeys& keys) {
+		tunnel::PeerParams p;
 		p.name = "bench";
-		p.endpoint = Endpoint{IpAddress::v4(0xc0000201), esp::kNatTPort};
+		p.endpoint = Endpoint{IpAddress::v4(0xc0000201), tunnel::esp::kNatTPort};
 		p.allowed_ips = {IpPrefix{IpAddress::v4(0), 0}};
 		p.cipher = cipher;
 		p.esn = true;
 		p.impl = impl;
 		// One SA pair with the same keys both ways: what the outbound side
 		// seals, the inbound side opens.
-		p.out = SaParams{keys.spi, keys.enc_key, keys.auth_key};
-		p.in = SaParams{keys.spi, keys.enc_key, keys.auth_key};
+		p.out = tunnel::SaParams{keys.spi, keys.enc_key, keys.auth_key};
+		p.in = tunnel::SaParams{keys.spi, keys.enc_key, keys.auth_key};
 		return {p};
 	}
 
@@ -112,8 +112,8 @@ private:
 	}
 
 	SaKeys keys_;
-	SaTable table_;
-	Peer& peer_;
+	tunnel::SaTable table_;
+	tunnel::Peer& peer_;
 	std::vector<uint8_t> buf_;
 	std::vector<uint8_t> inner_;
 	uint64_t seq_ = kFirstSeq;

@@ -14,16 +14,16 @@
 
 namespace esptun::bench {
 
-inline constexpr size_t kMinSize = esp::kIpv4HeaderMin;        // the inner packet is an IPv4 packet
-inline constexpr size_t kMaxSize = 65519;                      // the TLS record length field holds 16 + size
-inline constexpr uint64_t kFirstSeq = (uint64_t(1) << 32) + 1; // ESN high half 1: it enters every ICV
+inline constexpr size_t kMinSize = tunnel::esp::kIpv4HeaderMin; // the inner packet is an IPv4 packet
+inline constexpr size_t kMaxSize = 65519;                       // the TLS record length field holds 16 + size
+inline constexpr uint64_t kFirstSeq = (uint64_t(1) << 32) + 1;  // ESN high half 1: it enters every ICV
 
 /// Keeps the optimiser from dropping or merging the copies of a loop.
 inline void clobber(const void* p) noexcept { asm volatile("" : : "r"(p) : "memory"); }
 
 /// ESP payload bytes (inner packet, padding, trailer) for @align (tunnel/esp.cpp step 3).
 inline size_t esp_payload_len(size_t inner, size_t align) noexcept {
-	return (inner + esp::kTrailerLen + align - 1) / align * align;
+	return (inner + tunnel::esp::kTrailerLen + align - 1) / align * align;
 }
 
 /**

@@ -2,8 +2,8 @@
 #include "apps/bench/udp_engines.hpp"
 #include "apps/bench/bench_cli.hpp"
 
-#include "apps/common/json.hpp"
 #include "platform/udp_engine.hpp"
+#include "service/json.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -149,7 +149,7 @@ Sample measure(const Subject& s, const Options& o) {
 		const auto t0 = Clock::now();
 		auto last = t0;
 		for (;;) {
-			const platform::BatchResult r = rx->recv_batch(slots);
+			const BatchResult r = rx->recv_batch(slots);
 			if (r.count) {
 				received += r.count;
 				received_pub.store(received);
@@ -189,7 +189,7 @@ Sample measure(const Subject& s, const Options& o) {
 				waiting.store(false);
 				continue;
 			}
-			const platform::BatchResult r = tx->send_batch(out);
+			const BatchResult r = tx->send_batch(out);
 			sent += r.count;
 			sent_pub.store(sent);
 			if (r.count == out.size()) continue;
@@ -311,7 +311,7 @@ void print_table(std::FILE* f, const Options& o, const std::vector<Sample>& rows
 }
 
 std::string to_json(const Options& o, const std::vector<Sample>& rows) {
-	JsonWriter j;
+	service::JsonWriter j;
 	j.begin_object();
 	j.field("kernel", kernel_release()).field("cpus", std::thread::hardware_concurrency());
 	j.field("size", uint64_t(o.size)).field("batch", uint64_t(o.batch)).field("rounds", o.rounds);

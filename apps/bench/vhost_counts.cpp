@@ -3,8 +3,8 @@
 #include "apps/bench/vhost_counts.hpp"
 
 #include "apps/bench/bench_cli.hpp"
-#include "apps/common/control.hpp"
-#include "apps/common/json.hpp"
+#include "service/control.hpp"
+#include "service/json.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -84,7 +84,7 @@ std::string fmt(const char* f, double v) {
 }
 
 /// The raw fields of a row, in JSON and in this order.
-void write_raw(JsonWriter& j, const PhaseCounts& r) {
+void write_raw(service::JsonWriter& j, const PhaseCounts& r) {
 	j.field("mode", r.mode).field("phase", r.phase);
 	j.field("to_tun", r.to_tun).field("from_tun", r.from_tun);
 	j.field("tx_ring", r.tx_ring).field("direct_writes", r.direct_writes);
@@ -138,7 +138,7 @@ int cmd_snapshot(const std::vector<std::string>& socks) {
 	if (socks.empty()) throw UsageError("snapshot needs at least one control socket");
 	std::string out = "[";
 	for (size_t i = 0; i < socks.size(); i++) {
-		std::string s = query_control(socks[i]);
+		std::string s = service::query_control(socks[i]);
 		(void)parse_json(s); // refuse to record anything but JSON
 		while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
 			s.pop_back();
@@ -194,7 +194,7 @@ int cmd_row(const std::vector<std::string>& args) {
 		r.rtt_p50_ms = percentile(rtts, 50), r.rtt_p99_ms = percentile(rtts, 99);
 	}
 	if (bytes > 0) r.mbit_s = bytes * 8 / (elapsed_ms * 1000);
-	JsonWriter j;
+	service::JsonWriter j;
 	j.begin_object();
 	write_raw(j, r);
 	j.end_object();
@@ -243,7 +243,7 @@ void print_table(const std::vector<PhaseCounts>& rows) {
 }
 
 void print_json(const std::vector<PhaseCounts>& rows) {
-	JsonWriter j;
+	service::JsonWriter j;
 	j.begin_object().key("rows").begin_array();
 	for (const PhaseCounts& r : rows) {
 		j.begin_object();

@@ -1,4 +1,4 @@
 // esptun-gateway: the site-to-site gateway service (any number of peers).
-#include "apps/common/cli.hpp"
+#include "apps/cli/cli.hpp"
 
-int main(int argc, char** argv) { return esptun::cli_main(esptun::conf::Role::gateway, argc, argv); }
+int main(int argc, char** argv) { return esptun::cli::cli_main(esptun::conf::Role::gateway, argc, argv); }

@@ -107,8 +107,8 @@ const Endpoint kSources[] = {
     test::endpoint(test::ip4(100, 64, 0, 1), 40002),
 };
 
-std::vector<PeerParams> receiver_params() {
-	std::vector<PeerParams> v;
+std::vector<tunnel::PeerParams> receiver_params() {
+	std::vector<tunnel::PeerParams> v;
 	for (const PeerSetup& p : kPeers)
 		v.push_back(test::peer_entry(test::kSiteB, *p.site, p.opt));
 	v[kRunTime].keyed_statically = false;
@@ -117,9 +117,9 @@ std::vector<PeerParams> receiver_params() {
 
 /// B's inbound SA for f, as IKE would install it; the keys are the ones
 /// test::peer_entry() gives f's sender. Return: its SPI.
-uint32_t install_run_time_sa(SaTable& receiver) {
+uint32_t install_run_time_sa(tunnel::SaTable& receiver) {
 	const test::LinkOptions& o = kPeers[kRunTime].opt;
-	ChildSaKeys k;
+	tunnel::ChildSaKeys k;
 	k.spi = receiver.allocate_spi();
 	k.cipher = o.cipher;
 	k.enc_key = test::enc_key_to(test::kSiteB, o.cipher);
@@ -140,39 +140,40 @@ uint32_t install_run_time_sa(SaTable& receiver) {
  * so a kept sender would make runs depend on earlier inputs.
  */
 struct World {
-	std::unique_ptr<SaTable> receiver;
+	std::unique_ptr<tunnel::SaTable> receiver;
 	uint32_t run_time_spi = 0; ///< the SPI B allocated for f
-	std::array<std::unique_ptr<SaTable>, kPeerCount> senders;
+	std::array<std::unique_ptr<tunnel::SaTable>, kPeerCount> senders;
 
 	void reset() {
 		for (auto& s : senders)
 			s.reset();
 		bool rebuild = !receiver;
 		for (size_t i = 0; receiver && i < kPeerCount; i++) {
-			Peer& peer = *receiver->peers()[i];
-			InboundSa& in = i == kRunTime ? *receiver->find_inbound(run_time_spi) : *peer.in;
-			in.replay = ReplayWindow(kPeers[i].opt.window, kPeers[i].opt.esn);
+			tunnel::Peer& peer = *receiver->peers()[i];
+			tunnel::InboundSa& in =
+			    i == kRunTime ? *receiver->find_inbound(run_time_spi) : *peer.in;
+			in.replay = tunnel::ReplayWindow(kPeers[i].opt.window, kPeers[i].opt.esn);
 			if (kPeers[i].opt.endpoint_known)
 				peer.set_endpoint(kPeers[i].site->ep);
 			else if (peer.endpoint())
 				rebuild = true;
 		}
 		if (rebuild) {
-			receiver = std::make_unique<SaTable>(receiver_params());
+			receiver = std::make_unique<tunnel::SaTable>(receiver_params());
 			run_time_spi = install_run_time_sa(*receiver);
 		}
 	}
-	SaTable& sender_table(size_t i) {
+	tunnel::SaTable& sender_table(size_t i) {
 		if (!senders[i]) {
 			test::LinkOptions o = kPeers[i].opt;
 			o.endpoint_known = true; // senders always know B
-			PeerParams p = test::peer_entry(*kPeers[i].site, test::kSiteB, o);
+			tunnel::PeerParams p = test::peer_entry(*kPeers[i].site, test::kSiteB, o);
 			if (i == kRunTime) p.out.spi = run_time_spi;
-			senders[i] = std::make_unique<SaTable>(std::vector<PeerParams>{p});
+			senders[i] = std::make_unique<tunnel::SaTable>(std::vector<tunnel::PeerParams>{p});
 		}
 		return *senders[i];
 	}
-	Peer& sender(size_t i) { return *sender_table(i).peers().at(0); }
+	tunnel::Peer& sender(size_t i) { return *sender_table(i).peers().at(0); }
 };
 
 /// ESPTUN_FUZZ_TRACE=1 prints every verdict: to check what a corpus file reaches.
@@ -185,21 +186,21 @@ void receive(World& w, std::span<const uint8_t> dgram, const Endpoint& src) {
 	std::unique_ptr<uint8_t[]> exact(new uint8_t[dgram.size() + !dgram.size()]);
 	std::copy(dgram.begin(), dgram.end(), exact.get());
 	std::span<uint8_t> d(exact.get(), dgram.size());
-	InboundResult r = decapsulate(*w.receiver, d, src, 1);
+	tunnel::InboundResult r = tunnel::decapsulate(*w.receiver, d, src, 1);
 	if (kTrace) {
-		std::string_view what = r.verdict == Verdict::forward  ? "forward"
-		                        : r.verdict == Verdict::ignore ? ignore_name(r.ignore)
-		                                                       : drop_name(r.drop);
+		std::string_view what = r.verdict == tunnel::Verdict::forward  ? "forward"
+		                        : r.verdict == tunnel::Verdict::ignore ? ignore_name(r.ignore)
+		                                                               : drop_name(r.drop);
 		std::fprintf(stderr, "  %zu bytes from %s: %.*s%s\n", d.size(), to_string(src).c_str(),
 		             int(what.size()), what.data(), r.endpoint_changed ? " (endpoint changed)" : "");
 	}
 	// Only authenticated packets (forwarded ones and dummy packets) may move a peer.
-	bool authenticated = r.verdict == Verdict::forward ||
-	                     (r.verdict == Verdict::ignore && r.ignore == Ignore::dummy_packet);
+	bool authenticated = r.verdict == tunnel::Verdict::forward ||
+	                     (r.verdict == tunnel::Verdict::ignore && r.ignore == Ignore::dummy_packet);
 	if (r.endpoint_changed &&
 	    (!authenticated || !r.peer || !(r.peer->endpoint() == std::optional<Endpoint>(src))))
 		__builtin_trap();
-	if (r.verdict == Verdict::forward) {
+	if (r.verdict == tunnel::Verdict::forward) {
 		// The inner packet lies inside the datagram and is a whole IP packet.
 		if (r.inner.empty() || r.inner.data() < d.data() ||
 		    r.inner.data() + r.inner.size() > d.data() + d.size())
@@ -225,7 +226,7 @@ void encap_record(World& w, Input& in) {
 	auto d = test::seal_inner(w.sender_table(p), inner);
 	if (!d) {
 		// Only a spent 32-bit counter (advanced by a record of kind 3) may stop a valid packet.
-		const OutboundSa& sa = w.sender(p).out;
+		const tunnel::OutboundSa& sa = w.sender(p).out;
 		if (sa.esn || sa.next_seq <= UINT32_MAX) __builtin_trap();
 		return;
 	}
@@ -247,7 +248,7 @@ void sealed_record(World& w, Input& in) {
 	Bytes pt;
 	auto bytes = in.take(in.u8());
 	pt.assign(bytes.begin(), bytes.end());
-	Peer& s = w.sender(p);
+	tunnel::Peer& s = w.sender(p);
 	size_t align = s.out.spec->align;
 	pt.resize((pt.size() + align - 1) / align * align, 0);
 	if (pt.empty()) pt.resize(align, 0);
@@ -275,7 +276,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 			sealed_record(w, in);
 			break;
 		case 3: {
-			Peer& s = w.sender(in.u8() % kStatic);
+			tunnel::Peer& s = w.sender(in.u8() % kStatic);
 			s.out.next_seq += in.be32();
 			break;
 		}

@@ -1,4 +1,4 @@
-// libFuzzer target for the IKEv2 message codec (tunnel/ike/message.hpp), the
+// libFuzzer target for the IKEv2 message codec (ike/message.hpp), the
 // first code that sees a datagram on UDP 500/4500, before any authentication.
 // Each input is read three ways:
 //   1. as a whole message: parse_message();
@@ -12,9 +12,9 @@
 // (the encoding is canonical). Any difference traps.
 // Seeds: tests/fuzz/corpus/ike_parse/ (strongSwan's messages from
 // tests/data/ike/, and built inner chains of every payload kind).
-#include "tunnel/ike/message.hpp"
+#include "ike/message.hpp"
 
-#include "tunnel/bytes.hpp"
+#include "base/bytes.hpp"
 
 #include <algorithm>
 #include <cstddef>

@@ -1,4 +1,4 @@
-// libFuzzer target: SkCipher::open() (tunnel/ike/crypto.hpp) on arbitrary
+// libFuzzer target: SkCipher::open() (ike/keymat.hpp) on arbitrary
 // bytes for every IKE SK suite. open() runs on every encrypted IKE message
 // before the peer is authenticated, so it must never crash, read outside the
 // message or throw. Then the same bytes as an inner chain: a sealed message
@@ -7,7 +7,7 @@
 // Input: [suite 1][SK offset 1][message ...]. The seeds in
 // tests/fuzz/corpus/ike_sk_open/ are real SK messages sealed under the keys
 // below by tests/data/ike/gen_crypto_vectors.py (same suite order).
-#include "tunnel/ike/crypto.hpp"
+#include "ike/keymat.hpp"
 
 #include <cstdint>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-// libFuzzer target for tunnel/offload: segment(), finish_checksum(),
+// libFuzzer target for datapath/offload: segment(), finish_checksum(),
 // plan_gro() and patch_gro_head() on untrusted header and packet bytes.
 //
 // Input: [mode][rest]. mode % 3 picks:
@@ -18,7 +18,7 @@
 // and a merged run, segmented again, gives back each packet's length,
 // sequence number and payload with valid checksums. ASan/UBSan catch
 // out-of-bounds accesses. ESPTUN_FUZZ_TRACE=1 prints each call's result.
-#include "tunnel/offload.hpp"
+#include "datapath/offload.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -32,7 +32,7 @@
 
 namespace {
 
-using namespace esptun::offload;
+using namespace esptun::datapath::offload;
 using Bytes = std::vector<uint8_t>;
 
 #define FUZZ_CHECK(cond)                                                                                     \

@@ -174,7 +174,7 @@ def transfer(rep, ctx, tag, src, dst, dst_addr, rebind=None):
     return sent, got
 
 
-SEQ_MARGIN = 1 << 22  # SeqState::kMargin (apps/common/seq_state.hpp)
+SEQ_MARGIN = 1 << 22  # SeqState::kMargin (service/seq_state.hpp)
 
 
 def restart_a(rep, A):

@@ -3,7 +3,7 @@
 # configuration payload) reaches the client's resolv.conf through the real
 # openresolv, and leaves it again when the client stops. openresolv is an
 # implementation of the resolvconf interface esptun does not share any code
-# with (apps/common/dns_config.cpp runs `resolvconf -a TUN` / `-d TUN`).
+# with (service/dns_config.cpp runs `resolvconf -a TUN` / `-d TUN`).
 #
 #      netns C (et-ikedns-PID-c)                netns G (et-ikedns-PID-g)
 #    +--------------------------------+       +--------------------------------+

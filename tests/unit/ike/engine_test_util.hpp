@@ -3,8 +3,8 @@
 // addresses, logs), a policy maker, and the checks the tests share.
 #pragma once
 
-#include "tunnel/bytes.hpp"
-#include "tunnel/ike/engine.hpp"
+#include "base/bytes.hpp"
+#include "ike/engine.hpp"
 
 #include <algorithm>
 #include <cstring>

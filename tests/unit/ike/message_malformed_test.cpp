@@ -4,7 +4,7 @@
 // give the expected ParseError and never a crash (the ASan build runs these).
 #include "tests/unit/ike/message_test_util.hpp"
 
-#include "tunnel/bytes.hpp"
+#include "base/bytes.hpp"
 
 #include <initializer_list>
 

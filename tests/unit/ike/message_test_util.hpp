@@ -3,7 +3,7 @@
 // messages are written byte by byte without going through the encoder.
 #pragma once
 
-#include "tunnel/ike/message.hpp"
+#include "ike/message.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
 // Proposal strings, their SA payload form, and choosing between offers.
-#include "tunnel/ike/proposal.hpp"
+#include "ike/proposal.hpp"
 
 #include <doctest/doctest.h>
 

@@ -22,11 +22,11 @@ std::string str(const std::optional<IpAddress>& a) { return a ? to_string(*a) : 
 TEST_CASE("AddressPool hands out free addresses round robin, skipping reserved ones") {
 	// 10.77.0.0/29: .0 (network) and .7 (broadcast) never; .1 is the
 	// gateway's, .3 a fixed client's.
-	AddressPool pool({prefix(ip4(10, 77, 0, 0), 29)},
-	                 {prefix(ip4(10, 77, 0, 1), 32), prefix(ip4(10, 77, 0, 3), 32)});
+	tunnel::AddressPool pool({prefix(ip4(10, 77, 0, 0), 29)},
+	                         {prefix(ip4(10, 77, 0, 1), 32), prefix(ip4(10, 77, 0, 3), 32)});
 	REQUIRE(pool.usage().size() == 1);
 	CHECK(pool.usage()[0].usable == 4);
-	Peer a, b, c, d, e;
+	tunnel::Peer a, b, c, d, e;
 	CHECK(str(pool.lease(a, Family::v4)) == "10.77.0.2");
 	CHECK(str(pool.lease(a, Family::v4)) == "10.77.0.2"); // the one it holds
 	CHECK(str(pool.lease(b, Family::v4)) == "10.77.0.4");
@@ -56,8 +56,8 @@ TEST_CASE("AddressPool hands out free addresses round robin, skipping reserved o
 }
 
 TEST_CASE("AddressPool IPv6: every address of the prefix is usable, both families per peer") {
-	AddressPool pool({prefix(ip6(0xfd77, 0, 0, 0), 126), prefix(ip4(10, 77, 1, 0), 30)}, {});
-	Peer a;
+	tunnel::AddressPool pool({prefix(ip6(0xfd77, 0, 0, 0), 126), prefix(ip4(10, 77, 1, 0), 30)}, {});
+	tunnel::Peer a;
 	CHECK(str(pool.lease(a, Family::v6)) == "fd77::");
 	CHECK(str(pool.lease(a, Family::v4)) == "10.77.1.1");
 	CHECK(pool.leases(a).size() == 2);
@@ -70,28 +70,29 @@ TEST_CASE("AddressPool IPv6: every address of the prefix is usable, both familie
 }
 
 TEST_CASE("AddressPool refuses pools that are too large or overlap; covering prefixes reserve nothing") {
-	CHECK_THROWS_AS(AddressPool({prefix(ip4(10, 0, 0, 0), 15)}, {}), std::invalid_argument);
-	CHECK_THROWS_AS(AddressPool({prefix(ip6(0xfd00, 0, 0, 0), 111)}, {}), std::invalid_argument);
-	CHECK_THROWS_AS(AddressPool({prefix(ip4(10, 0, 0, 0), 24), prefix(ip4(10, 0, 0, 128), 25)}, {}),
-	                std::invalid_argument);
-	AddressPool big({prefix(ip4(10, 0, 0, 0), 16)}, {prefix(ip4(10, 0, 0, 0), 8)});
+	CHECK_THROWS_AS(tunnel::AddressPool({prefix(ip4(10, 0, 0, 0), 15)}, {}), std::invalid_argument);
+	CHECK_THROWS_AS(tunnel::AddressPool({prefix(ip6(0xfd00, 0, 0, 0), 111)}, {}), std::invalid_argument);
+	CHECK_THROWS_AS(
+	    tunnel::AddressPool({prefix(ip4(10, 0, 0, 0), 24), prefix(ip4(10, 0, 0, 128), 25)}, {}),
+	    std::invalid_argument);
+	tunnel::AddressPool big({prefix(ip4(10, 0, 0, 0), 16)}, {prefix(ip4(10, 0, 0, 0), 8)});
 	CHECK(big.usage()[0].usable == 65534);
 }
 
 TEST_CASE("a lease is a host route in the SA table, ahead of allowed_ips, checked both ways") {
 	// A static site peer claims 10.77.0.0/24 as a whole; a dynamic client
 	// leases 10.77.0.9 out of the pool inside it.
-	PeerParams site;
+	tunnel::PeerParams site;
 	site.name = "site";
 	site.allowed_ips = {prefix(ip4(10, 77, 0, 0), 24)};
 	site.keyed_statically = false;
-	PeerParams client;
+	tunnel::PeerParams client;
 	client.name = "client";
 	client.keyed_statically = false;
-	SaTable table({site, client});
-	table.set_address_pool(AddressPool({prefix(ip4(10, 77, 0, 8), 29)}, {}));
-	Peer& s = *table.peers()[0];
-	Peer& c = *table.peers()[1];
+	tunnel::SaTable table({site, client});
+	table.set_address_pool(tunnel::AddressPool({prefix(ip4(10, 77, 0, 8), 29)}, {}));
+	tunnel::Peer& s = *table.peers()[0];
+	tunnel::Peer& c = *table.peers()[1];
 	CHECK(table.route(ip4(10, 77, 0, 9)) == &s);
 	CHECK(str(table.address_pool().lease(c, Family::v4)) == "10.77.0.9");
 	CHECK(table.route(ip4(10, 77, 0, 9)) == &c);
@@ -101,23 +102,23 @@ TEST_CASE("a lease is a host route in the SA table, ahead of allowed_ips, checke
 }
 
 TEST_CASE("RouteCache answers as the table did for the same address until cleared") {
-	PeerParams site;
+	tunnel::PeerParams site;
 	site.name = "site";
 	site.allowed_ips = {prefix(ip4(10, 77, 0, 0), 24)};
 	site.keyed_statically = false;
-	PeerParams other;
+	tunnel::PeerParams other;
 	other.name = "other";
 	other.allowed_ips = {prefix(ip4(10, 78, 0, 0), 16)};
 	other.keyed_statically = false;
-	PeerParams client;
+	tunnel::PeerParams client;
 	client.name = "client";
 	client.keyed_statically = false;
-	SaTable table({site, other, client});
-	table.set_address_pool(AddressPool({prefix(ip4(10, 77, 0, 8), 29)}, {}));
-	Peer& s = *table.peers()[0];
-	Peer& o = *table.peers()[1];
-	Peer& c = *table.peers()[2];
-	RouteCache cache;
+	tunnel::SaTable table({site, other, client});
+	table.set_address_pool(tunnel::AddressPool({prefix(ip4(10, 77, 0, 8), 29)}, {}));
+	tunnel::Peer& s = *table.peers()[0];
+	tunnel::Peer& o = *table.peers()[1];
+	tunnel::Peer& c = *table.peers()[2];
+	tunnel::RouteCache cache;
 	// Each new address is looked up: alternating ones never get a stale answer.
 	for (int i = 0; i < 3; i++) {
 		CHECK(cache.route(table, ip4(10, 77, 0, 9)) == &s);
@@ -135,14 +136,14 @@ TEST_CASE("RouteCache answers as the table did for the same address until cleare
 }
 
 TEST_CASE("readers see a lease whole or not at all while it changes") {
-	AddressPool pool({prefix(ip4(10, 77, 0, 0), 28)}, {});
-	Peer peers[4];
+	tunnel::AddressPool pool({prefix(ip4(10, 77, 0, 0), 28)}, {});
+	tunnel::Peer peers[4];
 	std::atomic<bool> stop{false};
 	std::atomic<long> wrong{0}, seen{0};
 	std::thread reader([&] {
 		while (!stop.load(std::memory_order_relaxed))
 			for (uint8_t i = 0; i < 16; i++) {
-				Peer* p = pool.lookup(ip4(10, 77, 0, i));
+				tunnel::Peer* p = pool.lookup(ip4(10, 77, 0, i));
 				if (!p) continue;
 				seen++;
 				if (p < &peers[0] || p > &peers[3]) wrong++;
@@ -150,7 +151,7 @@ TEST_CASE("readers see a lease whole or not at all while it changes") {
 	});
 	// Until the reader has seen enough leases (it may start late).
 	for (long round = 0; round < 20000 || (seen < 1000 && round < 50000000); round++) {
-		Peer& p = peers[round % 4];
+		tunnel::Peer& p = peers[round % 4];
 		REQUIRE(pool.lease(p, Family::v4));
 		if (round % 3 == 0) pool.release(peers[(round + 1) % 4]);
 	}

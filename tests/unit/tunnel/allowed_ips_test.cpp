@@ -13,10 +13,10 @@ using test::ip6;
 using test::prefix;
 
 // Only the pointer identity matters: the table never dereferences a peer.
-Peer* tag(uintptr_t n) { return reinterpret_cast<Peer*>(n * 64); }
+tunnel::Peer* tag(uintptr_t n) { return reinterpret_cast<tunnel::Peer*>(n * 64); }
 
 TEST_CASE("AllowedIps IPv4: the longest matching prefix wins") {
-	AllowedIps t;
+	tunnel::AllowedIps t;
 	// Inserted out of order on purpose.
 	REQUIRE(t.insert(prefix(ip4(10, 1, 2, 0), 24), tag(24)));
 	REQUIRE(t.insert(prefix(ip4(0, 0, 0, 0), 0), tag(0)));
@@ -34,7 +34,7 @@ TEST_CASE("AllowedIps IPv4: the longest matching prefix wins") {
 }
 
 TEST_CASE("AllowedIps IPv4: no match gives nullptr; host bits of an inserted prefix are ignored") {
-	AllowedIps t;
+	tunnel::AllowedIps t;
 	REQUIRE(t.insert(prefix(ip4(10, 1, 2, 77), 24), tag(1))); // host bits set
 	REQUIRE(t.insert(prefix(ip4(172, 16, 0, 0), 12), tag(2)));
 	CHECK(t.lookup(ip4(10, 1, 2, 0)) == tag(1));
@@ -44,11 +44,11 @@ TEST_CASE("AllowedIps IPv4: no match gives nullptr; host bits of an inserted pre
 	CHECK(t.lookup(ip4(172, 31, 255, 255)) == tag(2)); // /12 ends at 172.31.255.255
 	CHECK(t.lookup(ip4(172, 32, 0, 0)) == nullptr);
 	CHECK(t.lookup(ip4(172, 15, 255, 255)) == nullptr);
-	CHECK(AllowedIps().lookup(ip4(1, 2, 3, 4)) == nullptr);
+	CHECK(tunnel::AllowedIps().lookup(ip4(1, 2, 3, 4)) == nullptr);
 }
 
 TEST_CASE("AllowedIps IPv6: the longest matching prefix wins") {
-	AllowedIps t;
+	tunnel::AllowedIps t;
 	REQUIRE(t.insert(prefix(ip6(0xfd00, 1, 2, 0), 48), tag(48)));
 	REQUIRE(t.insert(prefix(ip6(0, 0, 0, 0), 0), tag(0)));
 	REQUIRE(t.insert(prefix(ip6(0xfd00, 1, 2, 9), 128), tag(128)));
@@ -63,7 +63,7 @@ TEST_CASE("AllowedIps IPv6: the longest matching prefix wins") {
 }
 
 TEST_CASE("AllowedIps IPv6: no match gives nullptr, also for a bit past a /127") {
-	AllowedIps t;
+	tunnel::AllowedIps t;
 	REQUIRE(t.insert(prefix(ip6(0xfd00, 1, 2, 8), 127), tag(1)));
 	CHECK(t.lookup(ip6(0xfd00, 1, 2, 8)) == tag(1));
 	CHECK(t.lookup(ip6(0xfd00, 1, 2, 9)) == tag(1));
@@ -72,13 +72,13 @@ TEST_CASE("AllowedIps IPv6: no match gives nullptr, also for a bit past a /127")
 }
 
 TEST_CASE("AllowedIps: an IPv4 address never matches an IPv6 prefix and the reverse") {
-	AllowedIps t;
+	tunnel::AllowedIps t;
 	REQUIRE(t.insert(prefix(ip6(0, 0, 0, 0), 0), tag(6)));
 	// The same 16 bytes (all zero past the first four) in both families.
 	CHECK(t.lookup(ip4(10, 1, 2, 3)) == nullptr);
 	CHECK(t.lookup(ip4(0, 0, 0, 0)) == nullptr);
 
-	AllowedIps t4;
+	tunnel::AllowedIps t4;
 	REQUIRE(t4.insert(prefix(ip4(0, 0, 0, 0), 0), tag(4)));
 	CHECK(t4.lookup(ip6(0, 0, 0, 0)) == nullptr);
 	IpAddress v6_like_v4; // ::a01:203 would share bytes with 10.1.2.3 if families mixed
@@ -95,7 +95,7 @@ TEST_CASE("AllowedIps: an IPv4 address never matches an IPv6 prefix and the reve
 }
 
 TEST_CASE("AllowedIps: inserting a prefix twice returns false and keeps the first peer") {
-	AllowedIps t;
+	tunnel::AllowedIps t;
 	CHECK(t.insert(prefix(ip4(10, 1, 0, 0), 16), tag(1)));
 	CHECK_FALSE(t.insert(prefix(ip4(10, 1, 0, 0), 16), tag(2)));
 	CHECK_FALSE(t.insert(prefix(ip4(10, 1, 9, 9), 16), tag(3))); // same network, host bits differ

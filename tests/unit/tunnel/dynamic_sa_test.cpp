@@ -1,8 +1,8 @@
 // SAs installed, replaced and removed at run time (tunnel/sa.hpp): SPI
 // allocation, make-before-break rekeying, the epoch-based reclamation of
 // replaced SAs, and all of it while two workers forward packets.
+#include "base/bytes.hpp"
 #include "tests/unit/tunnel/tunnel_fixture.hpp"
-#include "tunnel/bytes.hpp"
 
 #include <algorithm>
 #include <array>
@@ -26,8 +26,8 @@ constexpr crypto::Cipher kSuites[] = {crypto::Cipher::aes128_gcm, crypto::Cipher
                                       crypto::Cipher::aes128_cbc_sha1, crypto::Cipher::aes256_gcm};
 
 /// The entry a site keeps for @peer when IKE keys it: no SAs at start.
-PeerParams dynamic_peer(const Site& peer) {
-	PeerParams p;
+tunnel::PeerParams dynamic_peer(const Site& peer) {
+	tunnel::PeerParams p;
 	p.name = peer.name;
 	p.endpoint = peer.ep;
 	p.allowed_ips = {peer.v4, peer.v6};
@@ -36,9 +36,9 @@ PeerParams dynamic_peer(const Site& peer) {
 }
 
 /// Fresh random keys for one direction of a Child SA.
-ChildSaKeys child_keys(uint32_t spi, crypto::Cipher c, test::Rng& rng, uint32_t window = 1024) {
+tunnel::ChildSaKeys child_keys(uint32_t spi, crypto::Cipher c, test::Rng& rng, uint32_t window = 1024) {
 	const crypto::CipherSpec& spec = crypto::cipher_spec(c);
-	ChildSaKeys k;
+	tunnel::ChildSaKeys k;
 	k.spi = spi;
 	k.cipher = c;
 	k.enc_key = rng.bytes(spec.enc_key_len);
@@ -49,9 +49,9 @@ ChildSaKeys child_keys(uint32_t spi, crypto::Cipher c, test::Rng& rng, uint32_t 
 
 /// Sites A and B, each keying the other at run time; @workers per table.
 struct DynLink {
-	SaTable a, b;
-	Peer& b_at_a() { return *a.peers().at(0); }
-	Peer& a_at_b() { return *b.peers().at(0); }
+	tunnel::SaTable a, b;
+	tunnel::Peer& b_at_a() { return *a.peers().at(0); }
+	tunnel::Peer& a_at_b() { return *b.peers().at(0); }
 
 	explicit DynLink(size_t workers = 1)
 	    : a({dynamic_peer(kSiteB)}, workers), b({dynamic_peer(kSiteA)}, workers) {}
@@ -62,7 +62,7 @@ struct DynLink {
 	 * Return: the new SPI.
 	 */
 	uint32_t rekey(crypto::Cipher c, test::Rng& rng, uint32_t window = 1024) {
-		const ChildSaKeys k = child_keys(b.allocate_spi(), c, rng, window);
+		const tunnel::ChildSaKeys k = child_keys(b.allocate_spi(), c, rng, window);
 		b.install_inbound(a_at_b(), k);
 		a.install_outbound(b_at_a(), k);
 		return k.spi;
@@ -70,19 +70,19 @@ struct DynLink {
 };
 
 /// encapsulate() @inner with worker @w's transform; the datagram is copied out.
-std::optional<Bytes> seal(const SaTable& t, const Bytes& inner, size_t w = 0) {
+std::optional<Bytes> seal(const tunnel::SaTable& t, const Bytes& inner, size_t w = 0) {
 	test::PacketBuffer buf;
 	buf.load(inner);
-	const OutboundResult r = encapsulate(t, buf.mem, inner.size(), w);
-	if (r.verdict != Verdict::forward) return std::nullopt;
+	const tunnel::OutboundResult r = tunnel::encapsulate(t, buf.mem, inner.size(), w);
+	if (r.verdict != tunnel::Verdict::forward) return std::nullopt;
 	return Bytes(r.datagram.begin(), r.datagram.end());
 }
 
 /// decapsulate() a copy of @dgram as if it came from site A.
-InboundResult open_copy(const SaTable& t, Bytes dgram, size_t w = 0) {
+tunnel::InboundResult open_copy(const tunnel::SaTable& t, Bytes dgram, size_t w = 0) {
 	static thread_local Bytes keep;
 	keep = std::move(dgram);
-	return decapsulate(t, keep, kSiteA.ep, 1, w);
+	return tunnel::decapsulate(t, keep, kSiteA.ep, 1, w);
 }
 
 TEST_CASE("a peer keyed at run time drops as no_sa until its outbound SA is installed") {
@@ -91,34 +91,34 @@ TEST_CASE("a peer keyed at run time drops as no_sa until its outbound SA is inst
 	const Bytes inner = test::packet_v4(kSiteA, kSiteB, 100, rng);
 	test::PacketBuffer buf;
 	buf.load(inner);
-	const OutboundResult r = encapsulate(link.a, buf.mem, inner.size());
-	CHECK(r.verdict == Verdict::drop);
+	const tunnel::OutboundResult r = tunnel::encapsulate(link.a, buf.mem, inner.size());
+	CHECK(r.verdict == tunnel::Verdict::drop);
 	CHECK(drop_name(r.drop) == "no_sa");
 	CHECK(r.peer == &link.b_at_a());
 	CHECK(link.b_at_a().outbound() == nullptr);
 	CHECK(link.b_at_a().in == nullptr);
-	const PeerSaInfo none = link.a.sa_info(link.b_at_a());
+	const tunnel::PeerSaInfo none = link.a.sa_info(link.b_at_a());
 	CHECK(!none.out);
 	CHECK(none.in.empty());
 
 	const uint32_t spi = link.rekey(crypto::Cipher::aes128_gcm, rng);
-	CHECK(spi >= SaTable::kMinSpi);
+	CHECK(spi >= tunnel::SaTable::kMinSpi);
 	auto d = seal(link.a, inner);
 	REQUIRE(d);
 	CHECK(load_be32(d->data()) == spi);
 	CHECK(load_be32(d->data() + 4) == 1); // a new SA counts from 1
-	const InboundResult in = open_copy(link.b, *d);
-	REQUIRE(in.verdict == Verdict::forward);
+	const tunnel::InboundResult in = open_copy(link.b, *d);
+	REQUIRE(in.verdict == tunnel::Verdict::forward);
 	CHECK(Bytes(in.inner.begin(), in.inner.end()) == inner);
 	CHECK(in.peer == &link.a_at_b());
 
-	const PeerSaInfo a_info = link.a.sa_info(link.b_at_a());
+	const tunnel::PeerSaInfo a_info = link.a.sa_info(link.b_at_a());
 	REQUIRE(a_info.out);
 	CHECK(a_info.out->spi == spi);
 	CHECK(a_info.out->cipher == "aes128-gcm");
 	CHECK(!a_info.out->keyed_statically);
 	CHECK(a_info.totals.tx_packets == 1);
-	const PeerSaInfo b_info = link.b.sa_info(link.a_at_b());
+	const tunnel::PeerSaInfo b_info = link.b.sa_info(link.a_at_b());
 	REQUIRE(b_info.in.size() == 1);
 	CHECK(b_info.in[0].spi == spi);
 	CHECK(b_info.totals.rx_packets == 1);
@@ -138,20 +138,20 @@ TEST_CASE("the drop reasons all have distinct names, no_sa among them") {
 TEST_CASE("allocate_spi: unique, >= 256, never static; release frees; a full table throws") {
 	// A static peer (SPIs in the by-SPI map) next to one keyed at run time.
 	test::LinkOptions o;
-	SaTable t({test::peer_entry(kSiteA, kSiteB, o), dynamic_peer(kSiteC)});
+	tunnel::SaTable t({test::peer_entry(kSiteA, kSiteB, o), dynamic_peer(kSiteC)});
 	const uint32_t static_spi = test::spi_of(kSiteA, kSiteB);
 	std::set<uint32_t> spis;
 	std::set<size_t> slots;
-	for (size_t i = 0; i < SaTable::kSpiSlots; i++) {
+	for (size_t i = 0; i < tunnel::SaTable::kSpiSlots; i++) {
 		const uint32_t spi = t.allocate_spi();
-		CHECK(spi >= SaTable::kMinSpi);
+		CHECK(spi >= tunnel::SaTable::kMinSpi);
 		CHECK(spi != static_spi);
 		CHECK(t.find_inbound(spi) == nullptr); // reserved, not receiving yet
 		spis.insert(spi);
-		slots.insert(spi & (SaTable::kSpiSlots - 1));
+		slots.insert(spi & (tunnel::SaTable::kSpiSlots - 1));
 	}
-	CHECK(spis.size() == SaTable::kSpiSlots);
-	CHECK(slots.size() == SaTable::kSpiSlots);
+	CHECK(spis.size() == tunnel::SaTable::kSpiSlots);
+	CHECK(slots.size() == tunnel::SaTable::kSpiSlots);
 	CHECK_THROWS_AS(t.allocate_spi(), std::runtime_error);
 	CHECK(t.find_inbound(static_spi) == t.peers()[0]->in.get()); // static SPIs are unaffected
 
@@ -160,36 +160,38 @@ TEST_CASE("allocate_spi: unique, >= 256, never static; release frees; a full tab
 	CHECK(!t.release_spi(some)); // not reserved any more
 	CHECK(!t.release_spi(static_spi));
 	const uint32_t again = t.allocate_spi(); // the only free slot
-	CHECK((again & (SaTable::kSpiSlots - 1)) == (some & (SaTable::kSpiSlots - 1)));
-	CHECK(again >= SaTable::kMinSpi);
+	CHECK((again & (tunnel::SaTable::kSpiSlots - 1)) == (some & (tunnel::SaTable::kSpiSlots - 1)));
+	CHECK(again >= tunnel::SaTable::kMinSpi);
 	CHECK_THROWS_AS(t.allocate_spi(), std::runtime_error);
 
 	// An installed SPI is not a reservation; removing it frees its slot.
 	test::Rng rng(3);
-	Peer& c = *t.peers()[1];
-	InboundSa* sa = t.install_inbound(c, child_keys(again, crypto::Cipher::aes128_gcm, rng));
+	tunnel::Peer& c = *t.peers()[1];
+	tunnel::InboundSa* sa = t.install_inbound(c, child_keys(again, crypto::Cipher::aes128_gcm, rng));
 	CHECK(t.find_inbound(again) == sa);
 	CHECK(!t.release_spi(again));
 	CHECK(t.remove_inbound(again));
 	CHECK(!t.remove_inbound(again));
 	CHECK(t.find_inbound(again) == nullptr);
 	const uint32_t third = t.allocate_spi();
-	CHECK((third & (SaTable::kSpiSlots - 1)) == (again & (SaTable::kSpiSlots - 1)));
+	CHECK((third & (tunnel::SaTable::kSpiSlots - 1)) == (again & (tunnel::SaTable::kSpiSlots - 1)));
 }
 
 TEST_CASE("a run-time SPI sharing its slot with a static SPI: each finds its own SA") {
 	test::LinkOptions o;
-	SaTable t({test::peer_entry(kSiteA, kSiteB, o), dynamic_peer(kSiteC)});
+	tunnel::SaTable t({test::peer_entry(kSiteA, kSiteB, o), dynamic_peer(kSiteC)});
 	const uint32_t static_spi = test::spi_of(kSiteA, kSiteB);
 	std::vector<uint32_t> all;
-	for (size_t i = 0; i < SaTable::kSpiSlots; i++)
+	for (size_t i = 0; i < tunnel::SaTable::kSpiSlots; i++)
 		all.push_back(t.allocate_spi());
 	const auto twin = std::find_if(all.begin(), all.end(), [&](uint32_t s) {
-		return (s & (SaTable::kSpiSlots - 1)) == (static_spi & (SaTable::kSpiSlots - 1));
+		return (s & (tunnel::SaTable::kSpiSlots - 1)) ==
+		       (static_spi & (tunnel::SaTable::kSpiSlots - 1));
 	});
 	REQUIRE(twin != all.end());
 	test::Rng rng(4);
-	InboundSa* sa = t.install_inbound(*t.peers()[1], child_keys(*twin, crypto::Cipher::aes128_gcm, rng));
+	tunnel::InboundSa* sa =
+	    t.install_inbound(*t.peers()[1], child_keys(*twin, crypto::Cipher::aes128_gcm, rng));
 	CHECK(t.find_inbound(*twin) == sa);
 	CHECK(t.find_inbound(static_spi) == t.peers()[0]->in.get());
 	CHECK(t.find_inbound(*twin ^ 0x10000) == nullptr); // same slot, another SPI
@@ -197,9 +199,9 @@ TEST_CASE("a run-time SPI sharing its slot with a static SPI: each finds its own
 
 TEST_CASE("install refuses static peers, unreserved SPIs, reserved SPI values and bad keys") {
 	test::LinkOptions o;
-	SaTable t({test::peer_entry(kSiteA, kSiteB, o), dynamic_peer(kSiteC)});
-	Peer& fixed = *t.peers()[0];
-	Peer& ike = *t.peers()[1];
+	tunnel::SaTable t({test::peer_entry(kSiteA, kSiteB, o), dynamic_peer(kSiteC)});
+	tunnel::Peer& fixed = *t.peers()[0];
+	tunnel::Peer& ike = *t.peers()[1];
 	test::Rng rng(5);
 	const uint32_t spi = t.allocate_spi();
 	CHECK_THROWS_AS(t.install_inbound(fixed, child_keys(spi, crypto::Cipher::aes128_gcm, rng)),
@@ -212,12 +214,12 @@ TEST_CASE("install refuses static peers, unreserved SPIs, reserved SPI values an
 	                std::invalid_argument); // not reserved
 	CHECK_THROWS_AS(t.install_outbound(ike, child_keys(255, crypto::Cipher::aes128_gcm, rng)),
 	                std::invalid_argument); // RFC 4303 2.1
-	ChildSaKeys bad = child_keys(spi, crypto::Cipher::aes128_gcm, rng);
+	tunnel::ChildSaKeys bad = child_keys(spi, crypto::Cipher::aes128_gcm, rng);
 	bad.enc_key.pop_back();
 	CHECK_THROWS_AS(t.install_inbound(ike, bad), std::invalid_argument);
 	CHECK(t.find_inbound(spi) == nullptr);
 	CHECK(t.release_spi(spi)); // still reserved after the failed install
-	SaTable other({dynamic_peer(kSiteC)});
+	tunnel::SaTable other({dynamic_peer(kSiteC)});
 	CHECK_THROWS_AS(
 	    t.install_outbound(*other.peers()[0], child_keys(0x5000, crypto::Cipher::aes128_gcm, rng)),
 	    std::invalid_argument); // not this table's peer
@@ -232,7 +234,7 @@ TEST_CASE("make-before-break: old and new inbound SAs both decrypt until the old
 	auto late = seal(link.a, inner); // sealed on the old SA, delivered after the rekey
 	REQUIRE(first);
 	REQUIRE(late);
-	CHECK(open_copy(link.b, *first).verdict == Verdict::forward);
+	CHECK(open_copy(link.b, *first).verdict == tunnel::Verdict::forward);
 
 	// New suite too: the cipher belongs to the SA, not to the peer.
 	const uint32_t new_spi = link.rekey(crypto::Cipher::aes256_cbc_sha256, rng);
@@ -243,27 +245,27 @@ TEST_CASE("make-before-break: old and new inbound SAs both decrypt until the old
 	CHECK(load_be32(fresh->data()) == new_spi);
 	CHECK(load_be32(fresh->data() + 4) == 1);
 	CHECK(fresh->size() ==
-	      inner.size() +
-	          esp::esp_overhead(crypto::cipher_spec(crypto::Cipher::aes256_cbc_sha256), inner.size()));
-	const PeerSaInfo during = link.b.sa_info(link.a_at_b());
+	      inner.size() + tunnel::esp::esp_overhead(crypto::cipher_spec(crypto::Cipher::aes256_cbc_sha256),
+	                                               inner.size()));
+	const tunnel::PeerSaInfo during = link.b.sa_info(link.a_at_b());
 	REQUIRE(during.in.size() == 2);
 	CHECK(during.in[0].spi == old_spi);
 	CHECK(during.in[1].spi == new_spi);
 	CHECK(during.in[1].cipher == "aes256-cbc-hmac-sha256");
 
 	// Both decrypt, in either order.
-	InboundResult r = open_copy(link.b, *fresh);
-	REQUIRE(r.verdict == Verdict::forward);
+	tunnel::InboundResult r = open_copy(link.b, *fresh);
+	REQUIRE(r.verdict == tunnel::Verdict::forward);
 	CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
 	r = open_copy(link.b, *late);
-	REQUIRE(r.verdict == Verdict::forward);
+	REQUIRE(r.verdict == tunnel::Verdict::forward);
 	CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
 
 	// The peer deletes the old SA (RFC 7296 section 2.8): its SPI is unknown from then on.
 	CHECK(link.b.remove_inbound(old_spi));
 	CHECK(drop_name(open_copy(link.b, *late).drop) == "unknown_spi");
-	CHECK(open_copy(link.b, *seal(link.a, inner)).verdict == Verdict::forward);
-	const PeerSaInfo after = link.b.sa_info(link.a_at_b());
+	CHECK(open_copy(link.b, *seal(link.a, inner)).verdict == tunnel::Verdict::forward);
+	const tunnel::PeerSaInfo after = link.b.sa_info(link.a_at_b());
 	REQUIRE(after.in.size() == 1);
 	CHECK(after.in[0].spi == new_spi);
 	CHECK(after.totals.rx_packets == 4); // the freed SA's two packets still count
@@ -285,14 +287,14 @@ TEST_CASE("a replaced SA is not freed while a worker that may hold it stays ente
 	std::atomic<uint64_t> held_spi{0};
 	std::thread worker([&] {
 		link.a.enter(1);
-		OutboundSa* held = link.b_at_a().outbound();
+		tunnel::OutboundSa* held = link.b_at_a().outbound();
 		step = 1;
 		while (step.load() != 2)
 			std::this_thread::yield();
 		// Still usable after the control plane replaced it (ASan would
 		// report a use after free here if collect() had freed it).
 		const crypto::CipherSpec& spec = *held->spec;
-		Bytes esp(esp::kHeaderLen + spec.iv_len + 2 * spec.align + spec.icv_len);
+		Bytes esp(tunnel::esp::kHeaderLen + spec.iv_len + 2 * spec.align + spec.icv_len);
 		held->transforms[1]->seal(esp, 99);
 		held->packets.add();
 		held_spi = held->spi;
@@ -318,7 +320,7 @@ TEST_CASE("a replaced SA is not freed while a worker that may hold it stays ente
 	CHECK(held_spi.load() == old_spi);
 	CHECK(link.a.collect() == 1);
 	CHECK(link.a.retired() == 0);
-	const PeerSaInfo info = link.a.sa_info(link.b_at_a());
+	const tunnel::PeerSaInfo info = link.a.sa_info(link.b_at_a());
 	CHECK(info.retiring == 0);
 	CHECK(info.totals.tx_packets == 1); // counted on the old SA while it was retired
 }
@@ -381,16 +383,17 @@ TEST_CASE("rekeying 60 times while two workers forward: no packet lost, SPIs in 
 			while (!stop.load(std::memory_order_relaxed)) {
 				link.a.enter(w);
 				buf.load(inner);
-				const OutboundResult out = encapsulate(link.a, buf.mem, inner.size(), w);
-				if (out.verdict == Verdict::forward) {
+				const tunnel::OutboundResult out =
+				    tunnel::encapsulate(link.a, buf.mem, inner.size(), w);
+				if (out.verdict == tunnel::Verdict::forward) {
 					res.sealed++;
 					const uint32_t spi = load_be32(out.datagram.data());
 					if (res.spis_seen.empty() || res.spis_seen.back() != spi)
 						res.spis_seen.push_back(spi);
 					link.b.enter(w);
-					const InboundResult in =
-					    decapsulate(link.b, out.datagram, kSiteA.ep, 1, w);
-					if (in.verdict == Verdict::forward) {
+					const tunnel::InboundResult in =
+					    tunnel::decapsulate(link.b, out.datagram, kSiteA.ep, 1, w);
+					if (in.verdict == tunnel::Verdict::forward) {
 						res.delivered++;
 						res.intact += std::equal(in.inner.begin(), in.inner.end(),
 						                         inner.begin(), inner.end());
@@ -463,7 +466,7 @@ TEST_CASE("rekeying 60 times while two workers forward: no packet lost, SPIs in 
 	CHECK(link.a.sa_info(link.b_at_a()).totals.tx_packets == sealed);
 	CHECK(link.b.sa_info(link.a_at_b()).totals.rx_packets == delivered);
 	// Exactly the last SA is left at B; the first spi and the middle ones are gone.
-	const PeerSaInfo b_info = link.b.sa_info(link.a_at_b());
+	const tunnel::PeerSaInfo b_info = link.b.sa_info(link.a_at_b());
 	REQUIRE(b_info.in.size() == 1);
 	CHECK(b_info.in[0].spi == spis.back());
 	CHECK(link.b.find_inbound(spis.front()) == nullptr);

@@ -15,9 +15,9 @@ using test::Bytes;
 using test::kSiteA;
 using test::kSiteB;
 
-std::string_view outcome(const InboundResult& r) {
-	if (r.verdict == Verdict::forward) return "forward";
-	if (r.verdict == Verdict::ignore) return ignore_name(r.ignore);
+std::string_view outcome(const tunnel::InboundResult& r) {
+	if (r.verdict == tunnel::Verdict::forward) return "forward";
+	if (r.verdict == tunnel::Verdict::ignore) return ignore_name(r.ignore);
 	return drop_name(r.drop);
 }
 
@@ -28,12 +28,12 @@ struct Received {
 
 /// Runs decapsulate on the first @n bytes of @d (zero-extended past its end),
 /// copied into a heap buffer of exactly @n bytes.
-Received decap_prefix(const SaTable& t, const Bytes& d, size_t n) {
+Received decap_prefix(const tunnel::SaTable& t, const Bytes& d, size_t n) {
 	std::unique_ptr<uint8_t[]> exact(new uint8_t[n ? n : 1]);
 	std::copy(d.begin(), d.begin() + long(std::min(n, d.size())), exact.get());
 	for (size_t i = d.size(); i < n; i++)
 		exact[i] = uint8_t(i * 31);
-	InboundResult r = decapsulate(t, std::span<uint8_t>(exact.get(), n), kSiteA.ep, 1);
+	tunnel::InboundResult r = tunnel::decapsulate(t, std::span<uint8_t>(exact.get(), n), kSiteA.ep, 1);
 	return {outcome(r), Bytes(r.inner.begin(), r.inner.end())};
 }
 

@@ -16,30 +16,30 @@ using test::kSiteA;
 using test::kSiteB;
 using test::kSiteC;
 
-void check_drop(const InboundResult& r, Drop expected, const Peer* peer) {
-	CHECK(r.verdict == Verdict::drop);
+void check_drop(const tunnel::InboundResult& r, Drop expected, const tunnel::Peer* peer) {
+	CHECK(r.verdict == tunnel::Verdict::drop);
 	CHECK(drop_name(r.drop) == drop_name(expected));
 	CHECK(r.peer == peer);
 	CHECK(r.inner.empty());
 	CHECK_FALSE(r.endpoint_changed);
 }
 
-void check_ignore(const InboundResult& r, Ignore expected) {
-	CHECK(r.verdict == Verdict::ignore);
+void check_ignore(const tunnel::InboundResult& r, Ignore expected) {
+	CHECK(r.verdict == tunnel::Verdict::ignore);
 	CHECK(ignore_name(r.ignore) == ignore_name(expected));
 	CHECK(r.inner.empty());
 }
 
 /// A result that owns the datagram its inner packet points into (decapsulate works in place).
-struct Received : InboundResult {
+struct Received : tunnel::InboundResult {
 	Bytes buffer;
 };
 
 /// decapsulate() on a copy of @dgram, so the caller can send the same bytes again.
-Received decap(const SaTable& t, Bytes dgram, const Endpoint& src = kSiteA.ep) {
+Received decap(const tunnel::SaTable& t, Bytes dgram, const Endpoint& src = kSiteA.ep) {
 	Received r;
 	r.buffer = std::move(dgram); // a moved vector keeps its heap block: r.inner stays valid
-	static_cast<InboundResult&>(r) = decapsulate(t, r.buffer, src, 1);
+	static_cast<tunnel::InboundResult&>(r) = tunnel::decapsulate(t, r.buffer, src, 1);
 	return r;
 }
 
@@ -97,7 +97,7 @@ TEST_CASE("an SPI with no inbound SA is unknown_spi") {
 	to_a[3] = uint8_t(a_spi);
 	check_drop(decap(link.b, to_a), Drop::unknown_spi, nullptr);
 	// The intact datagram still opens: the failures recorded nothing.
-	CHECK(decap(link.b, *d).verdict == Verdict::forward);
+	CHECK(decap(link.b, *d).verdict == tunnel::Verdict::forward);
 }
 
 TEST_CASE("lengths shorter than the cipher minimum or not aligned are malformed") {
@@ -107,7 +107,7 @@ TEST_CASE("lengths shorter than the cipher minimum or not aligned are malformed"
 		test::LinkOptions opt;
 		opt.cipher = spec.id;
 		test::Link link = test::make_link(opt);
-		const Peer* a = &link.a_at_b();
+		const tunnel::Peer* a = &link.a_at_b();
 		auto d = test::seal_inner(link.a, test::packet_v4(kSiteA, kSiteB, 100, rng));
 		REQUIRE(d);
 		// Header 8 + IV + one alignment unit + ICV: GCM 8+8+4+16 = 36,
@@ -125,7 +125,7 @@ TEST_CASE("lengths shorter than the cipher minimum or not aligned are malformed"
 			INFO("extra ", extra);
 			check_drop(decap(link.b, longer), Drop::malformed, a);
 		}
-		CHECK(decap(link.b, *d).verdict == Verdict::forward);
+		CHECK(decap(link.b, *d).verdict == tunnel::Verdict::forward);
 	}
 }
 
@@ -148,7 +148,7 @@ TEST_CASE("a flipped bit anywhere in the datagram: unknown_spi, replay for seq 0
 			opt.cipher = spec.id;
 			opt.esn = esn;
 			test::Link link = test::make_link(opt);
-			const Peer* a = &link.a_at_b();
+			const tunnel::Peer* a = &link.a_at_b();
 			Bytes inner = test::packet_v6(kSiteA, kSiteB, 77, rng);
 			auto d = test::seal_inner(link.a, inner);
 			REQUIRE(d);
@@ -166,7 +166,7 @@ TEST_CASE("a flipped bit anywhere in the datagram: unknown_spi, replay for seq 0
 			CHECK(link.a_at_b().in->highest_seq.load() == 0);
 			CHECK(link.a_at_b().in->packets.get() == 0);
 			Received ok = decap(link.b, *d);
-			REQUIRE(ok.verdict == Verdict::forward);
+			REQUIRE(ok.verdict == tunnel::Verdict::forward);
 			CHECK(Bytes(ok.inner.begin(), ok.inner.end()) == inner);
 		}
 	}
@@ -181,7 +181,7 @@ TEST_CASE("the same datagram twice is a replay; so is an old one left of the win
 		opt.esn = false; // with ESN, left of the window reads as the next subspace: see below
 		opt.window = 64;
 		test::Link link = test::make_link(opt);
-		const Peer* a = &link.a_at_b();
+		const tunnel::Peer* a = &link.a_at_b();
 		std::vector<Bytes> sent;
 		for (int i = 0; i < 70; i++) {
 			auto d = test::seal_inner(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng));
@@ -189,12 +189,12 @@ TEST_CASE("the same datagram twice is a replay; so is an old one left of the win
 			sent.push_back(*d);
 		}
 		// decapsulate works in place: keep the copy to send again.
-		CHECK(decap(link.b, sent[0]).verdict == Verdict::forward);
+		CHECK(decap(link.b, sent[0]).verdict == tunnel::Verdict::forward);
 		check_drop(decap(link.b, sent[0]), Drop::replay, a);
 		check_drop(decap(link.b, sent[0]), Drop::replay, a);
-		CHECK(decap(link.b, sent[69]).verdict == Verdict::forward); // seq 70: window 7..70
-		CHECK(decap(link.b, sent[6]).verdict == Verdict::forward);  // seq 7: 63 below
-		check_drop(decap(link.b, sent[5]), Drop::replay, a);        // seq 6: 64 below
+		CHECK(decap(link.b, sent[69]).verdict == tunnel::Verdict::forward); // seq 70: window 7..70
+		CHECK(decap(link.b, sent[6]).verdict == tunnel::Verdict::forward);  // seq 7: 63 below
+		check_drop(decap(link.b, sent[5]), Drop::replay, a);                // seq 6: 64 below
 		check_drop(decap(link.b, sent[69]), Drop::replay, a);
 		CHECK(link.a_at_b().in->packets.get() == 3);
 	}
@@ -213,8 +213,8 @@ TEST_CASE("with ESN a datagram left of the window is taken for the next 2^32 sub
 		std::vector<Bytes> sent;
 		for (int i = 0; i < 70; i++)
 			sent.push_back(*test::seal_inner(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)));
-		CHECK(decap(link.b, sent[69]).verdict == Verdict::forward); // seq 70: window 7..70
-		CHECK(decap(link.b, sent[6]).verdict == Verdict::forward);  // seq 7
+		CHECK(decap(link.b, sent[69]).verdict == tunnel::Verdict::forward); // seq 70: window 7..70
+		CHECK(decap(link.b, sent[6]).verdict == tunnel::Verdict::forward);  // seq 7
 		check_drop(decap(link.b, sent[6]), Drop::replay, &link.a_at_b());
 		check_drop(decap(link.b, sent[5]), Drop::auth_failed,
 		           &link.a_at_b()); // seq 6 read as 2^32 + 6
@@ -232,7 +232,7 @@ TEST_CASE("window 0 accepts a replayed datagram (the check is off)") {
 	REQUIRE(d);
 	for (int i = 0; i < 3; i++) {
 		Received r = decap(link.b, *d);
-		REQUIRE(r.verdict == Verdict::forward);
+		REQUIRE(r.verdict == tunnel::Verdict::forward);
 		CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
 	}
 }
@@ -244,9 +244,10 @@ TEST_CASE("an inner source outside the sending peer's allowed_ips is a policy dr
 		test::LinkOptions opt;
 		opt.cipher = spec.id;
 		// B knows A and C; A may only use 10.1/16 and fd00:1::/48.
-		SaTable b({test::peer_entry(kSiteB, kSiteA, opt), test::peer_entry(kSiteB, kSiteC, opt)});
-		SaTable a({test::peer_entry(kSiteA, kSiteB, opt)});
-		const Peer* a_at_b = b.peers().at(0).get();
+		tunnel::SaTable b(
+		    {test::peer_entry(kSiteB, kSiteA, opt), test::peer_entry(kSiteB, kSiteC, opt)});
+		tunnel::SaTable a({test::peer_entry(kSiteA, kSiteB, opt)});
+		const tunnel::Peer* a_at_b = b.peers().at(0).get();
 
 		struct Case {
 			const char* what;
@@ -276,7 +277,7 @@ TEST_CASE("an inner source outside the sending peer's allowed_ips is a policy dr
 			REQUIRE(d);
 			Received r = decap(b, *d);
 			if (c.allowed) {
-				CHECK(r.verdict == Verdict::forward);
+				CHECK(r.verdict == tunnel::Verdict::forward);
 			} else {
 				check_drop(r, Drop::policy, a_at_b);
 			}
@@ -306,7 +307,7 @@ struct Crafter {
 	Received receive(Bytes d, const Endpoint& src = kSiteA.ep) {
 		return decap(link.b, std::move(d), src);
 	}
-	const Peer* a() const { return &link.a_at_b(); }
+	const tunnel::Peer* a() const { return &link.a_at_b(); }
 };
 
 TEST_CASE("hand-sealed packets with correct padding are forwarded (the crafting itself is right)") {
@@ -318,7 +319,7 @@ TEST_CASE("hand-sealed packets with correct padding are forwarded (the crafting 
 			Bytes inner = test::packet_v6(kSiteA, kSiteB, len, rng);
 			Bytes pad = test::default_padding(len, spec.align);
 			Received r = c.receive(c.seal(inner, pad, uint8_t(pad.size()), 41));
-			REQUIRE(r.verdict == Verdict::forward);
+			REQUIRE(r.verdict == tunnel::Verdict::forward);
 			CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
 		}
 		// A longer pad than needed (RFC 4303 2.4 allows up to 255 bytes).
@@ -327,7 +328,7 @@ TEST_CASE("hand-sealed packets with correct padding are forwarded (the crafting 
 		for (size_t i = 0; i < 2 * spec.align; i++)
 			pad.push_back(uint8_t(pad.size() + 1));
 		Received r = c.receive(c.seal(inner, pad, uint8_t(pad.size()), 4));
-		REQUIRE(r.verdict == Verdict::forward);
+		REQUIRE(r.verdict == tunnel::Verdict::forward);
 		CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
 	}
 }
@@ -462,7 +463,7 @@ TEST_CASE(
 
 		// Still in sync afterwards.
 		Received ok = c.receive(sealed(v4, 4));
-		REQUIRE(ok.verdict == Verdict::forward);
+		REQUIRE(ok.verdict == tunnel::Verdict::forward);
 		CHECK(Bytes(ok.inner.begin(), ok.inner.end()) == v4);
 	}
 }
@@ -484,7 +485,7 @@ TEST_CASE("TFC padding after the inner packet is cut off (RFC 4303 section 2.7)"
 				Bytes pad = test::default_padding(payload.size(), spec.align);
 				Received r = c.receive(
 				    c.seal(payload, pad, uint8_t(pad.size()), family == 4 ? 4 : 41));
-				REQUIRE(r.verdict == Verdict::forward);
+				REQUIRE(r.verdict == tunnel::Verdict::forward);
 				CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
 				bytes += inner.size();
 				CHECK(c.link.a_at_b().in->bytes.get() ==
@@ -507,7 +508,7 @@ TEST_CASE("endpoint learning: the first authenticated packet sets it, a newer on
 		test::LinkOptions at_b = at_a;
 		at_b.endpoint_known = false; // B waits to hear from A (A is behind NAT)
 		test::Link link = test::make_link(at_a, at_b);
-		Peer& a = link.a_at_b();
+		tunnel::Peer& a = link.a_at_b();
 		REQUIRE_FALSE(a.endpoint());
 		REQUIRE_FALSE(a.endpoint_configured);
 
@@ -515,8 +516,8 @@ TEST_CASE("endpoint learning: the first authenticated packet sets it, a newer on
 		test::PacketBuffer buf;
 		Bytes reply = test::packet_v4(kSiteB, kSiteA, 60, rng);
 		buf.load(reply);
-		OutboundResult early = encapsulate(link.b, buf.mem, reply.size());
-		CHECK(early.verdict == Verdict::drop);
+		tunnel::OutboundResult early = tunnel::encapsulate(link.b, buf.mem, reply.size());
+		CHECK(early.verdict == tunnel::Verdict::drop);
 		CHECK(early.drop == Drop::no_endpoint);
 
 		std::vector<Bytes> d;
@@ -526,33 +527,36 @@ TEST_CASE("endpoint learning: the first authenticated packet sets it, a newer on
 		// A forgery from elsewhere teaches nothing.
 		Bytes forged = d[0];
 		forged.back() ^= 1;
-		check_drop(decapsulate(link.b, forged, nat3, 1), Drop::auth_failed, &a);
+		check_drop(tunnel::decapsulate(link.b, forged, nat3, 1), Drop::auth_failed, &a);
 		CHECK_FALSE(a.endpoint());
 
-		InboundResult r1 = decapsulate(link.b, d[0], nat1, 10); // seq 1
-		REQUIRE(r1.verdict == Verdict::forward);
+		tunnel::InboundResult r1 = tunnel::decapsulate(link.b, d[0], nat1, 10); // seq 1
+		REQUIRE(r1.verdict == tunnel::Verdict::forward);
 		CHECK(r1.endpoint_changed);
 		CHECK(a.endpoint() == std::optional<Endpoint>(nat1));
 		CHECK(a.endpoint_snapshot() == std::optional<Endpoint>(nat1));
 		CHECK(a.endpoint_changes.get() == 1);
 		CHECK(a.last_rx_unix_ms.load() == 10);
 
-		InboundResult r3 = decapsulate(link.b, d[2], nat2, 20); // seq 3: newest, new address
-		REQUIRE(r3.verdict == Verdict::forward);
+		tunnel::InboundResult r3 =
+		    tunnel::decapsulate(link.b, d[2], nat2, 20); // seq 3: newest, new address
+		REQUIRE(r3.verdict == tunnel::Verdict::forward);
 		CHECK(r3.endpoint_changed);
 		CHECK(a.endpoint() == std::optional<Endpoint>(nat2));
 		CHECK(a.endpoint_changes.get() == 2);
 
-		InboundResult r2 = decapsulate(link.b, d[1], nat1, 30); // seq 2: late, old address
-		REQUIRE(r2.verdict == Verdict::forward);
+		tunnel::InboundResult r2 =
+		    tunnel::decapsulate(link.b, d[1], nat1, 30); // seq 2: late, old address
+		REQUIRE(r2.verdict == tunnel::Verdict::forward);
 		CHECK_FALSE(r2.endpoint_changed);
 		CHECK(a.endpoint() == std::optional<Endpoint>(nat2));
 		CHECK(a.endpoint_changes.get() == 2);
 		CHECK(a.last_rx_unix_ms.load() == 30);
 
 		Bytes d4_copy = d[3];
-		InboundResult r4 = decapsulate(link.b, d[3], nat2, 40); // seq 4: newest, same address
-		REQUIRE(r4.verdict == Verdict::forward);
+		tunnel::InboundResult r4 =
+		    tunnel::decapsulate(link.b, d[3], nat2, 40); // seq 4: newest, same address
+		REQUIRE(r4.verdict == tunnel::Verdict::forward);
 		CHECK_FALSE(r4.endpoint_changed);
 		CHECK(a.endpoint_changes.get() == 2);
 
@@ -560,19 +564,19 @@ TEST_CASE("endpoint learning: the first authenticated packet sets it, a newer on
 		Endpoint nat2_port = nat2;
 		nat2_port.port = 40003;
 		Bytes d5 = *test::seal_inner(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng));
-		InboundResult r5 = decapsulate(link.b, d5, nat2_port, 50);
-		REQUIRE(r5.verdict == Verdict::forward);
+		tunnel::InboundResult r5 = tunnel::decapsulate(link.b, d5, nat2_port, 50);
+		REQUIRE(r5.verdict == tunnel::Verdict::forward);
 		CHECK(r5.endpoint_changed);
 		CHECK(a.endpoint() == std::optional<Endpoint>(nat2_port));
 
 		// A replay of an authenticated packet from yet another address: dropped, nothing moves.
-		check_drop(decapsulate(link.b, d4_copy, nat3, 60), Drop::replay, &a);
+		check_drop(tunnel::decapsulate(link.b, d4_copy, nat3, 60), Drop::replay, &a);
 		CHECK(a.endpoint() == std::optional<Endpoint>(nat2_port));
 
 		// Now B can reply, to the learned address.
 		buf.load(reply);
-		OutboundResult late = encapsulate(link.b, buf.mem, reply.size());
-		CHECK(late.verdict == Verdict::forward);
+		tunnel::OutboundResult late = tunnel::encapsulate(link.b, buf.mem, reply.size());
+		CHECK(late.verdict == tunnel::Verdict::forward);
 		CHECK(late.peer == &a);
 	}
 }
@@ -580,12 +584,12 @@ TEST_CASE("endpoint learning: the first authenticated packet sets it, a newer on
 TEST_CASE("a configured endpoint also follows an authenticated newer packet from a new address") {
 	test::Rng rng(15);
 	test::Link link = test::make_link({});
-	Peer& a = link.a_at_b();
+	tunnel::Peer& a = link.a_at_b();
 	REQUIRE(a.endpoint_configured);
 	const Endpoint moved = test::endpoint(test::ip4(100, 64, 9, 9), 1024);
 	Bytes d = *test::seal_inner(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng));
-	InboundResult r = decapsulate(link.b, d, moved, 1);
-	REQUIRE(r.verdict == Verdict::forward);
+	tunnel::InboundResult r = tunnel::decapsulate(link.b, d, moved, 1);
+	REQUIRE(r.verdict == tunnel::Verdict::forward);
 	CHECK(r.endpoint_changed);
 	CHECK(a.endpoint() == std::optional<Endpoint>(moved));
 }
@@ -593,11 +597,11 @@ TEST_CASE("a configured endpoint also follows an authenticated newer packet from
 TEST_CASE("a policy drop from a new address does not move the endpoint") {
 	test::Rng rng(16);
 	test::Link link = test::make_link({});
-	Peer& a = link.a_at_b();
+	tunnel::Peer& a = link.a_at_b();
 	const Endpoint elsewhere = test::endpoint(test::ip4(100, 64, 7, 7), 999);
 	Bytes spoofed =
 	    *test::seal_inner(link.a, test::ipv4_packet(kSiteC.host4(1), kSiteB.host4(2), 60, rng));
-	check_drop(decapsulate(link.b, spoofed, elsewhere, 1), Drop::policy, &a);
+	check_drop(tunnel::decapsulate(link.b, spoofed, elsewhere, 1), Drop::policy, &a);
 	CHECK(a.endpoint() == std::optional<Endpoint>(kSiteA.ep));
 	CHECK(a.endpoint_changes.get() == 0);
 }

@@ -11,17 +11,17 @@ using test::Bytes;
 using test::kSiteA;
 using test::kSiteB;
 
-void check_out_drop(const OutboundResult& r, Drop expected, const Peer* peer) {
-	CHECK(r.verdict == Verdict::drop);
+void check_out_drop(const tunnel::OutboundResult& r, Drop expected, const tunnel::Peer* peer) {
+	CHECK(r.verdict == tunnel::Verdict::drop);
 	CHECK(drop_name(r.drop) == drop_name(expected));
 	CHECK(r.peer == peer);
 	CHECK(r.datagram.empty());
 }
 
-OutboundResult encap(const SaTable& t, const Bytes& inner) {
+tunnel::OutboundResult encap(const tunnel::SaTable& t, const Bytes& inner) {
 	static test::PacketBuffer buf; // big: keep it off the stack and reuse it
 	buf.load(inner);
-	return encapsulate(t, buf.mem, inner.size());
+	return tunnel::encapsulate(t, buf.mem, inner.size());
 }
 
 TEST_CASE("encapsulate: an inner destination no peer's allowed_ips cover is no_route") {
@@ -75,8 +75,8 @@ TEST_CASE("encapsulate: anything that is not an IPv4 or IPv6 packet is malformed
 	check_out_drop(encap(link.a, Bytes{0x45}), Drop::malformed, nullptr);
 	CHECK(link.b_at_a().out.next_seq == 1);
 	// The smallest headers are fine.
-	CHECK(encap(link.a, Bytes(v4.begin(), v4.begin() + 20)).verdict == Verdict::forward);
-	CHECK(encap(link.a, Bytes(v6.begin(), v6.begin() + 40)).verdict == Verdict::forward);
+	CHECK(encap(link.a, Bytes(v4.begin(), v4.begin() + 20)).verdict == tunnel::Verdict::forward);
+	CHECK(encap(link.a, Bytes(v6.begin(), v6.begin() + 40)).verdict == tunnel::Verdict::forward);
 }
 
 TEST_CASE("encapsulate without ESN sends 2^32 - 1 and then stops: seq_exhausted (RFC 4303 3.3.3)") {
@@ -87,7 +87,7 @@ TEST_CASE("encapsulate without ESN sends 2^32 - 1 and then stops: seq_exhausted 
 		opt.cipher = spec.id;
 		opt.esn = false;
 		test::Link link = test::make_link(opt);
-		OutboundSa& sa = link.b_at_a().out;
+		tunnel::OutboundSa& sa = link.b_at_a().out;
 		sa.next_seq = 0xfffffffe;
 		for (uint32_t want : {0xfffffffeu, 0xffffffffu}) {
 			Bytes inner = test::packet_v4(kSiteA, kSiteB, 60, rng);
@@ -96,8 +96,8 @@ TEST_CASE("encapsulate without ESN sends 2^32 - 1 and then stops: seq_exhausted 
 			CHECK(((*d)[4] == 0xff && (*d)[5] == 0xff && (*d)[6] == 0xff &&
 			       (*d)[7] == uint8_t(want)));
 			// The receiver's first packet is far up the space: fine without ESN.
-			InboundResult r = decapsulate(link.b, *d, kSiteA.ep, 1);
-			REQUIRE(r.verdict == Verdict::forward);
+			tunnel::InboundResult r = tunnel::decapsulate(link.b, *d, kSiteA.ep, 1);
+			REQUIRE(r.verdict == tunnel::Verdict::forward);
 			CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
 		}
 		for (int i = 0; i < 3; i++)
@@ -112,12 +112,12 @@ TEST_CASE("encapsulate with ESN goes past 2^32 but stops before the 64-bit count
 	test::LinkOptions opt;
 	test::Link link = test::make_link(opt);
 	test::Rng rng(5);
-	OutboundSa& sa = link.b_at_a().out;
+	tunnel::OutboundSa& sa = link.b_at_a().out;
 	sa.next_seq = 0x100000000;
-	CHECK(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)).verdict == Verdict::forward);
+	CHECK(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)).verdict == tunnel::Verdict::forward);
 	CHECK(sa.next_seq == 0x100000001);
 	sa.next_seq = UINT64_MAX - 1;
-	CHECK(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)).verdict == Verdict::forward);
+	CHECK(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)).verdict == tunnel::Verdict::forward);
 	check_out_drop(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)), Drop::seq_exhausted,
 	               &link.b_at_a());
 	check_out_drop(encap(link.a, test::packet_v4(kSiteA, kSiteB, 60, rng)), Drop::seq_exhausted,
@@ -130,18 +130,21 @@ TEST_CASE("encapsulate: an inner length past the buffer's room, or a buffer with
 	test::Rng rng(6);
 	test::PacketBuffer buf;
 	buf.load(test::packet_v4(kSiteA, kSiteB, 60, rng));
-	size_t room = esp::kBufferSize - esp::kHeadroom - esp::kTailroom;
+	size_t room = tunnel::esp::kBufferSize - tunnel::esp::kHeadroom - tunnel::esp::kTailroom;
 	REQUIRE(room == 65535);
-	check_out_drop(encapsulate(link.a, buf.mem, room + 1), Drop::too_big, nullptr);
-	check_out_drop(encapsulate(link.a, buf.mem, SIZE_MAX), Drop::too_big, nullptr);
+	check_out_drop(tunnel::encapsulate(link.a, buf.mem, room + 1), Drop::too_big, nullptr);
+	check_out_drop(tunnel::encapsulate(link.a, buf.mem, SIZE_MAX), Drop::too_big, nullptr);
 	// A smaller buffer: its own room counts, not kBufferSize.
-	std::span<uint8_t> small = std::span(buf.mem).first(esp::kHeadroom + 60 + esp::kTailroom);
-	CHECK(encapsulate(link.a, small, 60).verdict == Verdict::forward);
+	std::span<uint8_t> small =
+	    std::span(buf.mem).first(tunnel::esp::kHeadroom + 60 + tunnel::esp::kTailroom);
+	CHECK(tunnel::encapsulate(link.a, small, 60).verdict == tunnel::Verdict::forward);
 	buf.load(test::packet_v4(kSiteA, kSiteB, 61, rng));
-	check_out_drop(encapsulate(link.a, small, 61), Drop::too_big, nullptr);
+	check_out_drop(tunnel::encapsulate(link.a, small, 61), Drop::too_big, nullptr);
 	// No room at all for head- and tailroom.
-	for (size_t n : {size_t(0), size_t(1), esp::kHeadroom, esp::kHeadroom + esp::kTailroom - 1})
-		check_out_drop(encapsulate(link.a, std::span(buf.mem).first(n), 0), Drop::too_big, nullptr);
+	for (size_t n : {size_t(0), size_t(1), tunnel::esp::kHeadroom,
+	                 tunnel::esp::kHeadroom + tunnel::esp::kTailroom - 1})
+		check_out_drop(tunnel::encapsulate(link.a, std::span(buf.mem).first(n), 0), Drop::too_big,
+		               nullptr);
 	CHECK(link.b_at_a().out.next_seq == 2);
 }
 

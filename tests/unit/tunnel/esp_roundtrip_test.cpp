@@ -44,8 +44,8 @@ TEST_CASE(
 				opt.cipher = spec.id;
 				opt.esn = esn;
 				test::Link link = test::make_link(opt);
-				Peer& b_at_a = link.b_at_a();
-				Peer& a_at_b = link.a_at_b();
+				tunnel::Peer& b_at_a = link.b_at_a();
+				tunnel::Peer& a_at_b = link.a_at_b();
 				test::Rng rng(uint64_t(spec.id) * 10 + uint64_t(esn) * 2 + uint64_t(family));
 
 				uint64_t n = 0, bytes = 0;
@@ -55,19 +55,21 @@ TEST_CASE(
 					Bytes inner = family == 4 ? test::packet_v4(kSiteA, kSiteB, len, rng)
 					                          : test::packet_v6(kSiteA, kSiteB, len, rng);
 					buf.load(inner);
-					OutboundResult out = encapsulate(link.a, buf.mem, len);
-					REQUIRE(out.verdict == Verdict::forward);
+					tunnel::OutboundResult out =
+					    tunnel::encapsulate(link.a, buf.mem, len);
+					REQUIRE(out.verdict == tunnel::Verdict::forward);
 					REQUIRE(out.peer == &b_at_a);
 					n++;
 					bytes += len;
-					REQUIRE(out.datagram.size() == len + esp::esp_overhead(spec, len));
+					REQUIRE(out.datagram.size() ==
+					        len + tunnel::esp::esp_overhead(spec, len));
 					// The cleartext header: B's SPI and the low half of the counter.
 					REQUIRE(be32_at(out.datagram.data()) == test::spi_of(kSiteB, kSiteA));
 					REQUIRE(be32_at(out.datagram.data() + 4) == uint32_t(n));
 
-					InboundResult in =
-					    decapsulate(link.b, out.datagram, kSiteA.ep, kNow + int64_t(n));
-					REQUIRE(in.verdict == Verdict::forward);
+					tunnel::InboundResult in = tunnel::decapsulate(
+					    link.b, out.datagram, kSiteA.ep, kNow + int64_t(n));
+					REQUIRE(in.verdict == tunnel::Verdict::forward);
 					REQUIRE(in.peer == &a_at_b);
 					REQUIRE_FALSE(in.endpoint_changed);
 					REQUIRE(Bytes(in.inner.begin(), in.inner.end()) == inner);
@@ -105,10 +107,10 @@ TEST_CASE("round trip in both directions over one link, interleaved") {
 			REQUIRE(d_ab);
 			REQUIRE(d_ba);
 			CHECK(be32_at(d_ba->data()) == test::spi_of(kSiteA, kSiteB));
-			InboundResult rb = decapsulate(link.b, *d_ab, kSiteA.ep, 1);
-			InboundResult ra = decapsulate(link.a, *d_ba, kSiteB.ep, 1);
-			REQUIRE(rb.verdict == Verdict::forward);
-			REQUIRE(ra.verdict == Verdict::forward);
+			tunnel::InboundResult rb = tunnel::decapsulate(link.b, *d_ab, kSiteA.ep, 1);
+			tunnel::InboundResult ra = tunnel::decapsulate(link.a, *d_ba, kSiteB.ep, 1);
+			REQUIRE(rb.verdict == tunnel::Verdict::forward);
+			REQUIRE(ra.verdict == tunnel::Verdict::forward);
 			CHECK(Bytes(rb.inner.begin(), rb.inner.end()) == ab);
 			CHECK(Bytes(ra.inner.begin(), ra.inner.end()) == ba);
 		}
@@ -124,11 +126,11 @@ TEST_CASE("a datagram sealed for one site does not open at a site with other key
 	test::Site other_b = kSiteB; // same SPIs, other receive keys
 	other_b.key_tag = 0x5a;
 	REQUIRE(test::spi_of(other_b, kSiteA) == test::spi_of(kSiteB, kSiteA));
-	SaTable wrong({test::peer_entry(other_b, kSiteA, opt)});
+	tunnel::SaTable wrong({test::peer_entry(other_b, kSiteA, opt)});
 	auto d = test::seal_inner(link.a, test::packet_v4(kSiteA, kSiteB, 200, rng));
 	REQUIRE(d);
-	InboundResult r = decapsulate(wrong, *d, kSiteA.ep, 1);
-	CHECK(r.verdict == Verdict::drop);
+	tunnel::InboundResult r = tunnel::decapsulate(wrong, *d, kSiteA.ep, 1);
+	CHECK(r.verdict == tunnel::Verdict::drop);
 	CHECK(r.drop == Drop::auth_failed);
 }
 
@@ -191,8 +193,8 @@ TEST_CASE("encapsulate with ESN counts across 2^32 and the receiver infers the h
 		// Delivered out of order: after the wrap, then a late one from before it.
 		for (int i : {0, 2, 1, 3}) {
 			INFO("packet ", i);
-			InboundResult r = decapsulate(link.b, dgram[i], kSiteA.ep, 1);
-			REQUIRE(r.verdict == Verdict::forward);
+			tunnel::InboundResult r = tunnel::decapsulate(link.b, dgram[i], kSiteA.ep, 1);
+			REQUIRE(r.verdict == tunnel::Verdict::forward);
 			CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner[i]);
 		}
 		CHECK(link.a_at_b().in->highest_seq.load() == 0x100000001);
@@ -209,8 +211,8 @@ TEST_CASE("with ESN the high half enters the ICV: a receiver that infers another
 		link.b_at_a().out.next_seq = (uint64_t(1) << 32) + 5; // the fresh receiver infers 5
 		auto d = test::seal_inner(link.a, test::packet_v4(kSiteA, kSiteB, 64, rng));
 		REQUIRE(d);
-		InboundResult r = decapsulate(link.b, *d, kSiteA.ep, 1);
-		CHECK(r.verdict == Verdict::drop);
+		tunnel::InboundResult r = tunnel::decapsulate(link.b, *d, kSiteA.ep, 1);
+		CHECK(r.verdict == tunnel::Verdict::drop);
 		CHECK(r.drop == Drop::auth_failed);
 	}
 }
@@ -222,12 +224,13 @@ TEST_CASE("an inner packet of the largest IP size (65535) round trips") {
 		test::LinkOptions opt;
 		opt.cipher = spec.id;
 		test::Link link = test::make_link(opt);
-		Bytes inner = test::packet_v4(kSiteA, kSiteB, esp::kMaxInner, rng);
+		Bytes inner = test::packet_v4(kSiteA, kSiteB, tunnel::esp::kMaxInner, rng);
 		auto d = test::seal_inner(link.a, inner);
 		REQUIRE(d);
-		CHECK(d->size() == esp::kMaxInner + esp::esp_overhead(spec, esp::kMaxInner));
-		InboundResult r = decapsulate(link.b, *d, kSiteA.ep, 1);
-		REQUIRE(r.verdict == Verdict::forward);
+		CHECK(d->size() ==
+		      tunnel::esp::kMaxInner + tunnel::esp::esp_overhead(spec, tunnel::esp::kMaxInner));
+		tunnel::InboundResult r = tunnel::decapsulate(link.b, *d, kSiteA.ep, 1);
+		REQUIRE(r.verdict == tunnel::Verdict::forward);
 		CHECK(Bytes(r.inner.begin(), r.inner.end()) == inner);
 	}
 }

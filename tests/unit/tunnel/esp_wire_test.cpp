@@ -56,24 +56,25 @@ TEST_CASE("max_inner_mtu matches hand-computed values for every cipher at 1500 a
 	for (const MtuRow& row : kMtuTable) {
 		const crypto::CipherSpec& spec = crypto::cipher_spec(row.cipher);
 		INFO(spec.name, " underlay ", row.underlay, row.outer_v6 ? " v6" : " v4");
-		CHECK(esp::max_inner_mtu(spec, row.underlay, row.outer_v6) == row.expected);
+		CHECK(tunnel::esp::max_inner_mtu(spec, row.underlay, row.outer_v6) == row.expected);
 	}
 }
 
 TEST_CASE("max_inner_mtu for a jumbo underlay and for paths too small to carry anything") {
 	const auto& sha256 = crypto::cipher_spec(Cipher::aes128_cbc_sha256);
 	// 9000 - 68 = 8932 -> floor to 16 = 8928 -> 8926.
-	CHECK(esp::max_inner_mtu(sha256, 9000, false) == 8926);
+	CHECK(tunnel::esp::max_inner_mtu(sha256, 9000, false) == 8926);
 	const auto& gcm = crypto::cipher_spec(Cipher::aes128_gcm);
 	// 100 - 60 = 40 -> 40 -> 38.
-	CHECK(esp::max_inner_mtu(gcm, 100, false) == 38);
+	CHECK(tunnel::esp::max_inner_mtu(gcm, 100, false) == 38);
 	// No room at all must give 0, not a wrapped-around size_t.
 	for (size_t mtu : {0, 1, 20, 48, 59, 60, 63, 64})
-		CHECK(esp::max_inner_mtu(gcm, mtu, false) == 0);
+		CHECK(tunnel::esp::max_inner_mtu(gcm, mtu, false) == 0);
 	for (size_t mtu : {0, 40, 79, 80, 84})
-		CHECK(esp::max_inner_mtu(gcm, mtu, true) == 0);
+		CHECK(tunnel::esp::max_inner_mtu(gcm, mtu, true) == 0);
 	for (size_t mtu : {0, 63, 64, 80})
-		CHECK(esp::max_inner_mtu(crypto::cipher_spec(Cipher::aes128_cbc_sha1), mtu, false) == 0);
+		CHECK(tunnel::esp::max_inner_mtu(crypto::cipher_spec(Cipher::aes128_cbc_sha1), mtu, false) ==
+		      0);
 }
 
 TEST_CASE("esp_overhead matches hand-computed values") {
@@ -81,17 +82,17 @@ TEST_CASE("esp_overhead matches hand-computed values") {
 	const auto& sha1 = crypto::cipher_spec(Cipher::aes128_cbc_sha1);
 	const auto& sha256 = crypto::cipher_spec(Cipher::aes256_cbc_sha256);
 	// GCM: header 8 + IV 8 + (pad + trailer to a multiple of 4) + ICV 16.
-	CHECK(esp::esp_overhead(gcm, 100) == 8 + 8 + 4 + 16); // 102 -> 104
-	CHECK(esp::esp_overhead(gcm, 101) == 8 + 8 + 3 + 16); // 103 -> 104
-	CHECK(esp::esp_overhead(gcm, 102) == 8 + 8 + 2 + 16); // 104 -> 104
-	CHECK(esp::esp_overhead(gcm, 103) == 8 + 8 + 5 + 16); // 105 -> 108
+	CHECK(tunnel::esp::esp_overhead(gcm, 100) == 8 + 8 + 4 + 16); // 102 -> 104
+	CHECK(tunnel::esp::esp_overhead(gcm, 101) == 8 + 8 + 3 + 16); // 103 -> 104
+	CHECK(tunnel::esp::esp_overhead(gcm, 102) == 8 + 8 + 2 + 16); // 104 -> 104
+	CHECK(tunnel::esp::esp_overhead(gcm, 103) == 8 + 8 + 5 + 16); // 105 -> 108
 	// CBC-SHA1: header 8 + IV 16 + (pad + trailer to a multiple of 16) + ICV 12.
-	CHECK(esp::esp_overhead(sha1, 100) == 8 + 16 + 12 + 12); // 102 -> 112
-	CHECK(esp::esp_overhead(sha1, 110) == 8 + 16 + 2 + 12);  // 112 -> 112
-	CHECK(esp::esp_overhead(sha1, 111) == 8 + 16 + 17 + 12); // 113 -> 128
+	CHECK(tunnel::esp::esp_overhead(sha1, 100) == 8 + 16 + 12 + 12); // 102 -> 112
+	CHECK(tunnel::esp::esp_overhead(sha1, 110) == 8 + 16 + 2 + 12);  // 112 -> 112
+	CHECK(tunnel::esp::esp_overhead(sha1, 111) == 8 + 16 + 17 + 12); // 113 -> 128
 	// CBC-SHA256: ICV 16.
-	CHECK(esp::esp_overhead(sha256, 1422) == 8 + 16 + 2 + 16);  // 1424 -> 1424
-	CHECK(esp::esp_overhead(sha256, 1423) == 8 + 16 + 17 + 16); // 1425 -> 1440
+	CHECK(tunnel::esp::esp_overhead(sha256, 1422) == 8 + 16 + 2 + 16);  // 1424 -> 1424
+	CHECK(tunnel::esp::esp_overhead(sha256, 1423) == 8 + 16 + 17 + 16); // 1425 -> 1440
 }
 
 TEST_CASE("an inner packet of max_inner_mtu bytes fits the underlay after encapsulate(); one more does not") {
@@ -104,7 +105,7 @@ TEST_CASE("an inner packet of max_inner_mtu bytes fits the underlay after encaps
 			for (bool outer_v6 : {false, true}) {
 				INFO(spec.name, " underlay ", underlay, outer_v6 ? " v6" : " v4");
 				size_t outer = (outer_v6 ? 40 : 20) + 8; // IP + UDP
-				size_t max = esp::max_inner_mtu(spec, underlay, outer_v6);
+				size_t max = tunnel::esp::max_inner_mtu(spec, underlay, outer_v6);
 				REQUIRE(max > 100);
 				// Every length around the maximum: fits exactly when <= max.
 				for (size_t len = max - 40; len <= max + 40; len++) {
@@ -112,7 +113,7 @@ TEST_CASE("an inner packet of max_inner_mtu bytes fits the underlay after encaps
 					    test::packet_v4(test::kSiteA, test::kSiteB, len, rng);
 					auto dgram = test::seal_inner(link.a, inner);
 					REQUIRE(dgram);
-					CHECK(dgram->size() == len + esp::esp_overhead(spec, len));
+					CHECK(dgram->size() == len + tunnel::esp::esp_overhead(spec, len));
 					bool fits = dgram->size() + outer <= underlay;
 					INFO("inner ", len, " datagram ", dgram->size());
 					CHECK(fits == (len <= max));

@@ -24,7 +24,7 @@ struct Step {
 	bool commit = true;    ///< false: the packet failed its ICV, nothing is recorded
 };
 
-void run_table(ReplayWindow& w, const std::vector<Step>& steps) {
+void run_table(tunnel::ReplayWindow& w, const std::vector<Step>& steps) {
 	for (size_t i = 0; i < steps.size(); i++) {
 		const Step& s = steps[i];
 		INFO("step ", i + 1, ": seq_lo ", s.seq_lo);
@@ -37,7 +37,7 @@ void run_table(ReplayWindow& w, const std::vector<Step>& steps) {
 }
 
 TEST_CASE("ReplayWindow 1024 without ESN: first packet, order, duplicates, window edges, far jumps") {
-	ReplayWindow w(1024, false);
+	tunnel::ReplayWindow w(1024, false);
 	run_table(w, {
 	                 {0, R},              // 1: sequence number 0 is never sent (RFC 4303 3.3.3)
 	                 {1, A, 1},           // 2: first packet
@@ -79,7 +79,7 @@ TEST_CASE("ReplayWindow 1024 without ESN: first packet, order, duplicates, windo
 
 TEST_CASE("ReplayWindow 64 without ESN: edges and ring reuse") {
 	// The 64-packet window (Cisco, Juniper, Windows) lives in a 4-word ring.
-	ReplayWindow w(64, false);
+	tunnel::ReplayWindow w(64, false);
 	run_table(w, {
 	                 {1, A, 1},     // 1
 	                 {64, A, 64},   // 2: window 1..64
@@ -101,7 +101,7 @@ TEST_CASE("ReplayWindow 64 without ESN: edges and ring reuse") {
 }
 
 TEST_CASE("ReplayWindow 8192 without ESN: WireGuard's window size") {
-	ReplayWindow w(8192, false);
+	tunnel::ReplayWindow w(8192, false);
 	run_table(w, {
 	                 {1, A, 1},         // 1
 	                 {8192, A, 8192},   // 2: window 1..8192
@@ -120,7 +120,7 @@ TEST_CASE("ReplayWindow 8192 without ESN: WireGuard's window size") {
 }
 
 TEST_CASE("ReplayWindow 1024 with ESN: crossing 2^32 and late packets from the previous subspace") {
-	ReplayWindow w(1024, true);
+	tunnel::ReplayWindow w(1024, true);
 	run_table(w, {
 	                 {0, R},                      // 1: 64-bit number 0 is never sent
 	                 {1, A, 1},                   // 2
@@ -148,7 +148,7 @@ TEST_CASE("ReplayWindow 1024 with ESN: crossing 2^32 and late packets from the p
 TEST_CASE("ReplayWindow with ESN: a fresh SA whose first packet is just below 2^32") {
 	// A fresh SA has no previous subspace: the straddling window (case B)
 	// must not infer Th - 1 = -1.
-	ReplayWindow w(1024, true);
+	tunnel::ReplayWindow w(1024, true);
 	run_table(w, {
 	                 {0xfffffffe, A, 0xfffffffe}, // 1: first packet
 	                 {0xfffffffd, A, 0xfffffffd}, // 2: reordered, same subspace
@@ -162,7 +162,7 @@ TEST_CASE("ReplayWindow with ESN: a fresh SA whose first packet is just below 2^
 }
 
 TEST_CASE("ReplayWindow with ESN: a fresh SA with window 64 that starts in the middle of subspace 0") {
-	ReplayWindow w(64, true);
+	tunnel::ReplayWindow w(64, true);
 	run_table(w, {
 	                 {30, A, 30},                 // 1: window straddles 0 but Th == 0
 	                 {0xfffffff0, A, 0xfffffff0}, // 2: not "previous subspace": there is none
@@ -176,7 +176,7 @@ TEST_CASE("ReplayWindow with ESN: a fresh SA with window 64 that starts in the m
 
 TEST_CASE("ReplayWindow 0 disables the replay check but still infers ESN high bits") {
 	SUBCASE("without ESN") {
-		ReplayWindow w(0, false);
+		tunnel::ReplayWindow w(0, false);
 		run_table(w, {
 		                 {0, R},    // 1: 0 is still never valid
 		                 {1, A, 1}, // 2
@@ -189,7 +189,7 @@ TEST_CASE("ReplayWindow 0 disables the replay check but still infers ESN high bi
 		CHECK(w.highest() == 5);
 	}
 	SUBCASE("with ESN") {
-		ReplayWindow w(0, true);
+		tunnel::ReplayWindow w(0, true);
 		run_table(w, {
 		                 {0, R},                              // 1
 		                 {1, A, 1},                           // 2
@@ -208,7 +208,7 @@ TEST_CASE("ReplayWindow 0 disables the replay check but still infers ESN high bi
 }
 
 TEST_CASE("ReplayWindow check() changes nothing: a packet checked but never committed is still new") {
-	ReplayWindow w(1024, false);
+	tunnel::ReplayWindow w(1024, false);
 	for (uint32_t s = 1; s <= 5; s++)
 		w.commit(*w.check(s));
 	REQUIRE(w.highest() == 5);
@@ -228,7 +228,7 @@ TEST_CASE("ReplayWindow check() changes nothing: a packet checked but never comm
 }
 
 TEST_CASE("ReplayWindow commit() returns true only for a new highest sequence number") {
-	ReplayWindow w(1024, false);
+	tunnel::ReplayWindow w(1024, false);
 	CHECK(w.commit(10));
 	CHECK_FALSE(w.commit(7));
 	CHECK(w.highest() == 10);
@@ -241,7 +241,7 @@ TEST_CASE("ReplayWindow commit after a jump larger than the ring clears every bi
 	for (uint32_t size : {64u, 1000u, 1024u, 4096u}) {
 		for (bool esn : {false, true}) {
 			INFO("size ", size, " esn ", esn);
-			ReplayWindow w(size, esn);
+			tunnel::ReplayWindow w(size, esn);
 			// Fill a window's worth (and a bit more) of sequence numbers.
 			for (uint64_t s = 1; s <= uint64_t(size) + 100; s++)
 				w.commit(s);
@@ -270,7 +270,7 @@ TEST_CASE("ReplayWindow: every number in the window is accepted once, then every
 	// Exhaustive over a window that is not a multiple of 64 and a ring offset.
 	for (uint32_t size : {1u, 63u, 64u, 65u, 100u, 1024u}) {
 		INFO("size ", size);
-		ReplayWindow w(size, false);
+		tunnel::ReplayWindow w(size, false);
 		uint64_t top = 1000003;
 		w.commit(top);
 		for (uint64_t back = 1; back < size; back++) {

@@ -198,38 +198,41 @@ struct LinkOptions {
  * with @peer's keys, receives on its own SPI with its own keys, so two sites
  * built this way mirror each other (A's out SA is B's in SA).
  */
-inline PeerParams peer_entry(const Site& self, const Site& peer, const LinkOptions& o) {
-	PeerParams p;
+inline tunnel::PeerParams peer_entry(const Site& self, const Site& peer, const LinkOptions& o) {
+	tunnel::PeerParams p;
 	p.name = peer.name;
 	if (o.endpoint_known) p.endpoint = peer.ep;
 	p.allowed_ips = {peer.v4, peer.v6};
 	p.cipher = o.cipher;
 	p.esn = o.esn;
 	p.replay_window = o.window;
-	p.out = SaParams{spi_of(peer, self), enc_key_to(peer, o.cipher), auth_key_to(peer, o.cipher)};
-	p.in = SaParams{spi_of(self, peer), enc_key_to(self, o.cipher), auth_key_to(self, o.cipher)};
+	p.out = tunnel::SaParams{spi_of(peer, self), enc_key_to(peer, o.cipher), auth_key_to(peer, o.cipher)};
+	p.in = tunnel::SaParams{spi_of(self, peer), enc_key_to(self, o.cipher), auth_key_to(self, o.cipher)};
 	return p;
 }
 
 /// Site A's and site B's tables for one A<->B link.
 struct Link {
-	SaTable a, b;
-	Peer& b_at_a() const { return *a.peers().at(0); } ///< A's view of B
-	Peer& a_at_b() const { return *b.peers().at(0); } ///< B's view of A
+	tunnel::SaTable a, b;
+	tunnel::Peer& b_at_a() const { return *a.peers().at(0); } ///< A's view of B
+	tunnel::Peer& a_at_b() const { return *b.peers().at(0); } ///< B's view of A
 };
 
 inline Link make_link(const LinkOptions& at_a, const LinkOptions& at_b) {
-	return Link{SaTable({peer_entry(kSiteA, kSiteB, at_a)}), SaTable({peer_entry(kSiteB, kSiteA, at_b)})};
+	return Link{tunnel::SaTable({peer_entry(kSiteA, kSiteB, at_a)}),
+	            tunnel::SaTable({peer_entry(kSiteB, kSiteA, at_b)})};
 }
 inline Link make_link(const LinkOptions& o) { return make_link(o, o); }
 
 /// A packet buffer with the head- and tailroom encapsulate() needs.
 struct PacketBuffer {
-	Bytes mem = Bytes(esp::kBufferSize);
+	Bytes mem = Bytes(tunnel::esp::kBufferSize);
 
 	void load(std::span<const uint8_t> inner) {
-		if (inner.size() > esp::kMaxInner) throw std::invalid_argument("inner packet too big");
-		if (!inner.empty()) std::memcpy(mem.data() + esp::kHeadroom, inner.data(), inner.size());
+		if (inner.size() > tunnel::esp::kMaxInner)
+			throw std::invalid_argument("inner packet too big");
+		if (!inner.empty())
+			std::memcpy(mem.data() + tunnel::esp::kHeadroom, inner.data(), inner.size());
 	}
 };
 
@@ -237,11 +240,11 @@ struct PacketBuffer {
  * seal_inner() - encapsulate @inner with @table.
  * Return: a copy of the datagram, or nullopt when encapsulate() dropped it.
  */
-inline std::optional<Bytes> seal_inner(const SaTable& table, std::span<const uint8_t> inner) {
+inline std::optional<Bytes> seal_inner(const tunnel::SaTable& table, std::span<const uint8_t> inner) {
 	PacketBuffer buf;
 	buf.load(inner);
-	OutboundResult r = encapsulate(table, buf.mem, inner.size());
-	if (r.verdict != Verdict::forward) return std::nullopt;
+	tunnel::OutboundResult r = tunnel::encapsulate(table, buf.mem, inner.size());
+	if (r.verdict != tunnel::Verdict::forward) return std::nullopt;
 	return Bytes(r.datagram.begin(), r.datagram.end());
 }
 
@@ -263,7 +266,7 @@ inline Bytes seal_esp(crypto::EspTransform& tx, uint32_t spi, uint64_t seq,
                       std::span<const uint8_t> plaintext) {
 	const crypto::CipherSpec& spec = tx.spec();
 	if (plaintext.size() % spec.align != 0) throw std::invalid_argument("seal_esp: unaligned plaintext");
-	Bytes esp(esp::kHeaderLen + spec.iv_len + plaintext.size() + spec.icv_len);
+	Bytes esp(tunnel::esp::kHeaderLen + spec.iv_len + plaintext.size() + spec.icv_len);
 	esp[0] = uint8_t(spi >> 24);
 	esp[1] = uint8_t(spi >> 16);
 	esp[2] = uint8_t(spi >> 8);
@@ -273,7 +276,8 @@ inline Bytes seal_esp(crypto::EspTransform& tx, uint32_t spi, uint64_t seq,
 	esp[6] = uint8_t(seq >> 8);
 	esp[7] = uint8_t(seq);
 	if (!plaintext.empty()) // an empty span's data() may be null, which memcpy does not allow
-		std::memcpy(esp.data() + esp::kHeaderLen + spec.iv_len, plaintext.data(), plaintext.size());
+		std::memcpy(esp.data() + tunnel::esp::kHeaderLen + spec.iv_len, plaintext.data(),
+		            plaintext.size());
 	tx.seal(esp, seq);
 	return esp;
 }

@@ -19,15 +19,15 @@ constexpr size_t kPerThread = 4000;
 
 /// A's table with @workers transforms per SA, B's with one.
 struct WorkerLink {
-	SaTable a, b;
+	tunnel::SaTable a, b;
 };
 
 WorkerLink make_worker_link(crypto::Cipher c, size_t workers) {
 	LinkOptions o;
 	o.cipher = c;
 	o.window = 65536; // the two threads interleave: a wide window accepts any order
-	return WorkerLink{SaTable({peer_entry(kSiteA, kSiteB, o)}, workers),
-	                  SaTable({peer_entry(kSiteB, kSiteA, o)}, 1)};
+	return WorkerLink{tunnel::SaTable({peer_entry(kSiteA, kSiteB, o)}, workers),
+	                  tunnel::SaTable({peer_entry(kSiteB, kSiteA, o)}, 1)};
 }
 
 } // namespace
@@ -48,9 +48,9 @@ TEST_CASE("two workers sealing on one SA at once: unique sequence numbers, every
 					const Bytes inner =
 					    packet_v4(kSiteA, kSiteB, 60 + (i * 37) % 1300, rng);
 					buf.load(inner);
-					const OutboundResult r =
-					    encapsulate(link.a, buf.mem, inner.size(), w);
-					if (r.verdict != Verdict::forward)
+					const tunnel::OutboundResult r =
+					    tunnel::encapsulate(link.a, buf.mem, inner.size(), w);
+					if (r.verdict != tunnel::Verdict::forward)
 						continue; // counted below as missing
 					sealed[w].emplace_back(r.datagram.begin(), r.datagram.end());
 				}
@@ -66,8 +66,8 @@ TEST_CASE("two workers sealing on one SA at once: unique sequence numbers, every
 			for (Bytes& d : list) {
 				seqs.insert(uint32_t(d[4]) << 24 | uint32_t(d[5]) << 16 |
 				            uint32_t(d[6]) << 8 | d[7]);
-				const InboundResult r = decapsulate(link.b, d, kSiteA.ep, 0);
-				if (r.verdict == Verdict::forward) authentic++;
+				const tunnel::InboundResult r = tunnel::decapsulate(link.b, d, kSiteA.ep, 0);
+				if (r.verdict == tunnel::Verdict::forward) authentic++;
 			}
 		CHECK(seqs.size() == 2 * kPerThread); // no number used twice
 		CHECK(*seqs.begin() == 1);
@@ -80,5 +80,5 @@ TEST_CASE("two workers sealing on one SA at once: unique sequence numbers, every
 
 TEST_CASE("an SA table needs a worker") {
 	LinkOptions o;
-	CHECK_THROWS_AS(SaTable({peer_entry(kSiteA, kSiteB, o)}, 0), std::invalid_argument);
+	CHECK_THROWS_AS(tunnel::SaTable({peer_entry(kSiteA, kSiteB, o)}, 0), std::invalid_argument);
 }

@@ -1,0 +1,247 @@
+// The packet loop: see data_plane.hpp.
+//
+// Each pass between two waits runs inside SaTable::enter()/leave(), so the
+// SAs it finds stay valid while the control plane replaces them.
+//
+// Outbound: poll says the tun side has packets (tun fd readable, or the vhost
+//   RX ring's call eventfd) -> TunPort::read_batch() up to kBatch packets,
+//   each in its own buffer behind esp::kHeadroom -> encapsulate() in place ->
+//   one sendmmsg() for the batch -> TunPort::read_done() recycles the buffers.
+// Inbound: poll says the socket is readable -> one recvmmsg() of up to kBatch
+//   datagrams into the port's receive slots -> decapsulate() in place ->
+//   TunPort::write_batch() hands the inner packets to the tun.
+//
+// The wait is epoll rather than poll() for one reason: a port whose read_fd()
+// is an eventfd that only signals (the vhost RX ring's call eventfd) is
+// registered edge-triggered, so each signal wakes the loop once and the
+// counter never has to be read back: one system call per wake-up instead of
+// two. (The counter would need 2^64 signals to saturate; eventfd_signal()
+// wakes the waiters on every signal, saturated or not.) The socket and the
+// stop eventfd stay level-triggered.
+#include "datapath/data_plane.hpp"
+
+#include "base/error.hpp"
+#include "tunnel/esp.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <ctime>
+#include <poll.h>
+#include <stdexcept>
+#include <string>
+#include <sys/epoll.h>
+
+namespace esptun::datapath {
+namespace {
+
+int64_t monotonic_ns() noexcept {
+	timespec ts{};
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+int64_t wall_ms() noexcept {
+	timespec ts{};
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+	return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+/// Waits up to @ms for the socket to accept more data. A full send buffer is
+/// back-pressure: holding the tun reader makes the sender's TCP slow down
+/// instead of losing what was already read.
+bool wait_writable(int fd, int ms) noexcept {
+	pollfd p{fd, POLLOUT, 0};
+	return poll(&p, 1, ms) > 0 && (p.revents & POLLOUT);
+}
+
+} // namespace
+
+DataPlane::DataPlane(const tunnel::SaTable& table, TunPort& tun, platform::UdpEngine& udp,
+                     DataPathStats& stats, size_t worker)
+    : table_(table), tun_(tun), udp_(udp), stats_(stats), worker_(worker) {
+	// The worker's transforms and its reclamation slot are indexed by it.
+	if (worker >= table.workers())
+		throw std::invalid_argument("data plane worker " + std::to_string(worker) +
+		                            " of an SA table built for " + std::to_string(table.workers()));
+	watch_sources();
+}
+
+DataPlane::DataPlane(const tunnel::SaTable& table, int tun_fd, platform::UdpSocket& udp, DataPathStats& stats)
+    : table_(table), owned_tun_(std::make_unique<DirectTunPort>(tun_fd)),
+      owned_udp_(std::make_unique<platform::MmsgEngine>(udp)), tun_(*owned_tun_), udp_(*owned_udp_),
+      stats_(stats) {
+	watch_sources();
+}
+
+void DataPlane::watch_sources() {
+	epoll_ = platform::UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+	if (!epoll_) throw SystemError(errno, "epoll_create1");
+	if (int err = watch(tun_.read_fd(), tun_.read_fd_signals_only(), kTun))
+		throw SystemError(err, "epoll_ctl(tun)");
+	if (int err = watch(udp_.poll_fd(), false, kUdp)) throw SystemError(err, "epoll_ctl(udp)");
+}
+
+int DataPlane::watch(int fd, bool edge, uint64_t source) noexcept {
+	epoll_event ev{};
+	ev.events = EPOLLIN | (edge ? uint32_t(EPOLLET) : 0u);
+	ev.data.u64 = source;
+	return epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) == 0 ? 0 : errno;
+}
+
+void DataPlane::set_busy_poll(std::chrono::microseconds us) noexcept {
+	busy_poll_ns_ = us.count() > 0 ? int64_t(us.count()) * 1000 : 0;
+}
+
+void DataPlane::set_wake_poll(std::chrono::microseconds us, std::chrono::nanoseconds idle_spell) noexcept {
+	wake_poll_ns_ = us.count() > 0 ? int64_t(us.count()) * 1000 : 0;
+	idle_spell_ns_ = int64_t(idle_spell.count());
+}
+
+int DataPlane::poll_for(int64_t ns, std::span<epoll_event> evs, TunIoStats& io, Counter& windows,
+                        Counter& hits) noexcept {
+	windows.add();
+	const int64_t until = monotonic_ns() + ns;
+	for (;;) {
+		io.polls.add();
+		const int n = epoll_wait(epoll_.get(), evs.data(), int(evs.size()), 0);
+		if (n > 0) hits.add();
+		if (n != 0 || monotonic_ns() >= until) return n;
+	}
+}
+
+int DataPlane::run(int stop_fd) noexcept {
+	if (int err = watch(stop_fd, false, kStop)) return err;
+	TunIoStats& io = tun_.io_stats();
+	std::array<epoll_event, 3> evs{};
+	bool worked = false;     // the last pass had something to do
+	bool after_idle = false; // and it came after an idle spell
+	for (;;) {
+		// A vhost RX ring can hold work without its eventfd firing (a full
+		// batch left entries behind, or they came in while re-arming).
+		const bool sleep = tun_.can_sleep();
+		int n = 0;
+		if (sleep && worked && busy_poll_ns_)
+			n = poll_for(busy_poll_ns_, evs, io, io.busy_polls, io.busy_poll_hits);
+		else if (sleep && after_idle && wake_poll_ns_)
+			n = poll_for(wake_poll_ns_, evs, io, io.wake_polls, io.wake_poll_hits);
+		after_idle = false;
+		if (n == 0) {
+			io.polls.add();
+			if (sleep) io.poll_waits.add();
+			// Only a sleep can start an idle spell, so only a sleep reads the
+			// clock (twice per wake-up, vDSO calls, no system call).
+			const int64_t slept_from = sleep && wake_poll_ns_ ? monotonic_ns() : 0;
+			n = epoll_wait(epoll_.get(), evs.data(), int(evs.size()), sleep ? -1 : 0);
+			after_idle = slept_from && n > 0 && monotonic_ns() - slept_from >= idle_spell_ns_;
+		}
+		worked = n > 0 || !sleep;
+		if (n < 0) {
+			if (errno == EINTR) continue;
+			return errno; // EBADF/EFAULT/EINVAL: a bug, nothing sane left to do
+		}
+		bool tun_ready = false, udp_ready = false;
+		for (int i = 0; i < n; i++) {
+			if (evs[size_t(i)].data.u64 == kStop) return 0;
+			if (evs[size_t(i)].data.u64 == kUdp) udp_ready = true;
+			if (evs[size_t(i)].data.u64 == kTun) tun_ready = true;
+		}
+		// Announce the SA table's epoch for this pass, and withdraw it before
+		// the next wait: SAs replaced meanwhile are freed only once this worker
+		// is out (tunnel/sa.hpp). Also when polling without sleep, so a busy
+		// worker never holds reclamation up for longer than one pass.
+		table_.enter(worker_);
+		if (udp_ready) inbound_batch();
+		if (tun_ready) tun_.on_read_wakeup();
+		if (tun_ready || !sleep) outbound_batch();
+		table_.leave(worker_);
+	}
+}
+
+void DataPlane::outbound_batch() noexcept {
+	const size_t got = tun_.read_batch(tun_packets_);
+	routes_.clear();
+	size_t n = 0;
+	for (size_t i = 0; i < got; i++) {
+		stats_.tun_rx_packets.add();
+		tunnel::OutboundResult res =
+		    tunnel::encapsulate(table_, tun_packets_[i].buf, tun_packets_[i].len, worker_, &routes_);
+		if (res.verdict != tunnel::Verdict::forward) {
+			stats_.drop(res.drop);
+			continue;
+		}
+		send_slots_[n++] = {res.datagram, res.to};
+	}
+	if (n) send_all(n);
+	tun_.read_done();
+}
+
+void DataPlane::send_all(size_t n) noexcept {
+	std::span<const platform::SendSlot> pending(send_slots_.data(), n);
+	int full_waits = 0;
+	while (!pending.empty()) {
+		BatchResult r = udp_.send_batch(pending);
+		stats_.udp_tx_packets.add(r.count);
+		pending = pending.subspan(r.count);
+		if (pending.empty()) break;
+		if ((r.err == EAGAIN || r.err == ENOBUFS) && full_waits++ < 10 &&
+		    wait_writable(udp_.socket().fd(), 10))
+			continue;
+		// This datagram cannot go (unreachable, too big, or the buffer stayed
+		// full): count it and carry on with the rest.
+		stats_.drop(Drop::udp_send_error);
+		pending = pending.subspan(1);
+	}
+}
+
+void DataPlane::inbound_batch() noexcept {
+	std::span<platform::RecvSlot> slots = tun_.recv_slots();
+	BatchResult r = udp_.recv_batch(slots);
+	if (r.count == 0) return;
+	int64_t now = wall_ms();
+	routes_.clear();
+	size_t n = 0;
+	auto flush = [&] {
+		if (n == 0) return;
+		const size_t failed = tun_.write_batch({tun_writes_.data(), n});
+		stats_.tun_tx_packets.add(n - failed);
+		stats_.drops[size_t(Drop::tun_write_error)].add(failed);
+		n = 0;
+	};
+	for (size_t i = 0; i < r.count; i++) {
+		platform::RecvSlot& slot = slots[i];
+		if (slot.truncated) {
+			stats_.udp_rx_packets.add();
+			stats_.drop(Drop::malformed);
+			continue;
+		}
+		// UDP GRO: a train of same-sized datagrams in one buffer, each
+		// decapsulated in place where it lies.
+		const size_t step = slot.segment ? slot.segment : slot.len;
+		if (slot.segment) stats_.udp_gro_buffers.add();
+		for (size_t off = 0; off < slot.len || off == 0; off += step) {
+			stats_.udp_rx_packets.add();
+			const size_t len = std::min(step, slot.len - off);
+			tunnel::InboundResult res = tunnel::decapsulate(table_, slot.buf.subspan(off, len),
+			                                                slot.from, now, worker_, &routes_);
+			if (res.verdict == tunnel::Verdict::drop) {
+				stats_.drop(res.drop);
+			} else if (res.verdict == tunnel::Verdict::ignore) {
+				stats_.ignore(res.ignore);
+				if (res.ignore == Ignore::non_esp_marker && ike_inbox_ &&
+				    len > tunnel::esp::kNonEspMarkerLen)
+					ike_inbox_->push(
+					    slot.buf.subspan(off + tunnel::esp::kNonEspMarkerLen,
+					                     len - tunnel::esp::kNonEspMarkerLen),
+					    slot.from);
+			} else {
+				if (n == tun_writes_.size())
+					flush(); // only with GRO: one datagram per slot fits
+				tun_writes_[n++] = {i, res.inner};
+			}
+			if (step == 0) break;
+		}
+	}
+	flush();
+}
+
+} // namespace esptun::datapath

@@ -1,0 +1,130 @@
+// The packet loop: moves packets between the tun device and the underlay
+// UDP socket through tunnel/esp.cpp. Runs on its own thread, free of Asio;
+// the control plane only reads its counters and asks it to stop. The tun side
+// is a TunPort (tun_port.hpp): direct read()/write() or vhost-net rings.
+#pragma once
+
+#include "base/counters.hpp"
+#include "datapath/ike_inbox.hpp"
+#include "datapath/tun_port.hpp"
+#include "platform/udp_engine.hpp"
+#include "platform/udp_socket.hpp"
+#include "tunnel/esp_wire.hpp"
+#include "tunnel/sa.hpp"
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <span>
+#include <sys/epoll.h>
+
+namespace esptun::datapath {
+
+class DataPlane {
+public:
+	/// Packets handled per wake-up in each direction.
+	static constexpr size_t kBatch = kTunBatch;
+
+	/**
+	 * DataPlane() - set up one worker over a tun port (and its epoll set)
+	 * @table: the SAs (outlives the data plane)
+	 * @tun:   the tun side (outlives the data plane)
+	 * @udp:   the underlay socket's engine (platform/udp_engine.hpp)
+	 * @stats: counters this worker writes
+	 * @worker: this worker's index: which of each SA's transforms it uses,
+	 *          and its slot in the table's reclamation epochs
+	 * Throws SystemError when the epoll set cannot be made, and
+	 * std::invalid_argument for a worker the table has no transforms for.
+	 */
+	DataPlane(const tunnel::SaTable& table, TunPort& tun, platform::UdpEngine& udp, DataPathStats& stats,
+	          size_t worker = 0);
+
+	/// DataPlane() - direct read()/write() on @tun_fd (non-blocking) and
+	/// recvmmsg()/sendmmsg() on @udp (tests)
+	DataPlane(const tunnel::SaTable& table, int tun_fd, platform::UdpSocket& udp, DataPathStats& stats);
+
+	/**
+	 * run() - forward packets until @stop_fd (an eventfd) becomes readable
+	 *
+	 * Sleeps in epoll_wait() when there is nothing to do. Never throws, never
+	 * logs per packet; every drop is counted by reason.
+	 * Return: 0 once stopped; an errno when @stop_fd cannot be watched or
+	 * epoll_wait() fails (the packet loop cannot go on).
+	 */
+	[[nodiscard]] int run(int stop_fd) noexcept;
+
+	/// One pass over each direction: what run() does per wake-up. Public for
+	/// tests. run() wraps them in the table's enter()/leave(); a caller that
+	/// replaces SAs concurrently must do the same.
+	void outbound_batch() noexcept;
+	void inbound_batch() noexcept;
+
+	/// IKE messages on the ESP port (behind the non-ESP marker) go to
+	/// @inbox for the control thread; without one they are only counted.
+	void set_ike_inbox(IkeInbox* inbox) noexcept { ike_inbox_ = inbox; }
+
+	/**
+	 * set_busy_poll() - after a pass that found work, poll for up to @us
+	 * before sleeping (0: sleep at once, the default). Call before run().
+	 *
+	 * A worker asleep in epoll_wait() is woken by whoever queues the next
+	 * packet: in a VM that is an IPI and a halted vCPU to restart, paid by
+	 * the sender's system call, and the packet waits for it. Traffic that
+	 * keeps coming finds the worker still polling. Idle tunnels never poll:
+	 * only a pass that moved something starts a window.
+	 */
+	void set_busy_poll(std::chrono::microseconds us) noexcept;
+
+	/**
+	 * set_wake_poll() - after a pass that followed an idle spell (at least
+	 * @idle_spell asleep), poll for up to @us before sleeping again (0: never,
+	 * the default here; the gateway's configured default is 50 us). Call
+	 * before run(). busy_poll, when set, applies instead.
+	 *
+	 * Sparse traffic (a ping, a keystroke, a DNS query) is request and
+	 * answer: the worker that just passed the request on is the one the
+	 * answer comes back to, often within tens of microseconds. Polling for it
+	 * saves the sleep and the wake-up. Bulk traffic never sleeps that long,
+	 * so it never pays; a window is opened once per idle spell, not renewed
+	 * by the work it finds, so the CPU it can take is at most @us per
+	 * @idle_spell (5% of one CPU at 50 us per 1 ms) and in practice far less.
+	 */
+	void set_wake_poll(std::chrono::microseconds us,
+	                   std::chrono::nanoseconds idle_spell = kIdleSpell) noexcept;
+	static constexpr std::chrono::milliseconds kIdleSpell{1};
+
+	/// The tun port's counters, with this loop's epoll_wait() calls in them.
+	const TunIoStats& io_stats() noexcept { return tun_.io_stats(); }
+
+private:
+	enum Source : uint64_t { kTun, kUdp, kStop }; ///< epoll_event.data of each watched fd
+
+	void send_all(size_t n) noexcept;
+	/// Makes the epoll set with the tun and the socket in it. Throws SystemError.
+	void watch_sources();
+	/// Adds @fd to the epoll set, edge-triggered when @edge. Return: 0 or errno.
+	int watch(int fd, bool edge, uint64_t source) noexcept;
+	/// epoll_wait() without blocking until something is ready or @ns are
+	/// up; counts in @windows and @hits. Return: as epoll_wait() (0: nothing came).
+	int poll_for(int64_t ns, std::span<epoll_event> evs, TunIoStats& io, Counter& windows,
+	             Counter& hits) noexcept;
+
+	const tunnel::SaTable& table_;
+	std::unique_ptr<TunPort> owned_tun_;             ///< only with the tun_fd constructor
+	std::unique_ptr<platform::UdpEngine> owned_udp_; ///< only with the tun_fd constructor
+	TunPort& tun_;
+	platform::UdpEngine& udp_;
+	DataPathStats& stats_;
+	size_t worker_ = 0;
+	IkeInbox* ike_inbox_ = nullptr;
+	std::array<TunPacket, kBatch> tun_packets_{};
+	std::array<platform::SendSlot, kBatch> send_slots_{};
+	std::array<TunWrite, kBatch> tun_writes_{};
+	platform::UniqueFd epoll_;
+	int64_t busy_poll_ns_ = 0;
+	int64_t wake_poll_ns_ = 0;
+	int64_t idle_spell_ns_ = 0;
+	tunnel::RouteCache routes_; ///< cleared at the start of each batch
+};
+
+} // namespace esptun::datapath

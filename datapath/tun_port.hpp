@@ -1,0 +1,150 @@
+// The tun side of the packet loop, behind one small interface so data_plane.cpp
+// reads the same for both tun I/O modes: DirectTunPort (read()/write() on the
+// tun fd) here, VhostTunPort (vhost-net virtqueues) in vhost_tun_port.hpp.
+//
+// Outbound: epoll(read_fd) -> read_batch() -> encapsulate in place -> send -> read_done().
+// Inbound:  recvmmsg into recv_slots() -> decapsulate in place -> write_batch().
+#pragma once
+
+#include "base/counters.hpp"
+#include "platform/udp_socket.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace esptun::datapath {
+
+/// Packets per read_batch()/recv_slots(): the data plane's batch size. 64:
+/// one TSO super-packet from a tun with offloads (at most 64 segments, see
+/// OffloadTunPort) fits in one batch.
+inline constexpr size_t kTunBatch = 64;
+
+/// What the tun I/O did (status JSON "tun_io"). The ring counters stay zero in
+/// direct mode; the system call counters count in both modes. The data path
+/// thread is the only writer.
+struct TunIoStats {
+	Counter rx_ring_packets; ///< outbound packets taken from the vhost RX ring
+	Counter tx_ring_packets; ///< inbound packets handed to the vhost TX ring
+	Counter direct_writes;   ///< vhost mode: inbound packets written to the tun fd instead
+	Counter rx_kicks;        ///< kick eventfd writes for the RX ring (more buffers posted)
+	Counter tx_kicks;        ///< kick eventfd writes for the TX ring
+	Counter call_wakeups;    ///< wake-ups by the RX ring's call eventfd (never read: edge-triggered)
+	Counter ring_full;       ///< inbound packets that found no free TX buffer and went direct
+	Counter device_errors;   ///< used entries the device got wrong (short, too long, bad id)
+	// Tun-side system calls of the data path, one per call made (an EINTR
+	// retry inside the platform wrapper is not counted). Kick eventfd writes
+	// are rx_kicks + tx_kicks: each is exactly one write(). The call eventfd
+	// is never read (see read_fd_signals_only()).
+	Counter tun_reads;      ///< read() on the tun fd, including the one that returns EAGAIN
+	Counter tun_writes;     ///< write() on the tun fd (direct mode, vhost direct writes)
+	Counter polls;          ///< epoll_wait() calls of the data plane's loop
+	Counter poll_waits;     ///< those of them that could block (no work known to be waiting)
+	Counter busy_polls;     ///< times the loop polled (busy_poll_us) instead of sleeping at once
+	Counter busy_poll_hits; ///< of them, those that found work before the time was up
+	Counter wake_polls;     ///< times the loop polled (wake_poll_us) after waking from an idle spell
+	Counter wake_poll_hits; ///< of them, those that found work before the time was up
+	// tun offloads (OffloadTunPort): super-packets both ways.
+	Counter gso_reads;    ///< super-packets read from the tun (TSO/USO)
+	Counter gso_segments; ///< packets they were cut into
+	Counter gro_writes;   ///< super-packets written to the tun (merged TCP segments)
+	Counter gro_segments; ///< packets merged into them
+	Counter
+	    offload_errors; ///< packets from the tun whose offload header or layout was unusable (dropped)
+
+	/// add() - this += @o (the status sums the workers' counters)
+	void add(const TunIoStats& o) noexcept {
+		for (auto [mine, theirs] : {std::pair{&rx_ring_packets, &o.rx_ring_packets},
+		                            {&tx_ring_packets, &o.tx_ring_packets},
+		                            {&direct_writes, &o.direct_writes},
+		                            {&rx_kicks, &o.rx_kicks},
+		                            {&tx_kicks, &o.tx_kicks},
+		                            {&call_wakeups, &o.call_wakeups},
+		                            {&ring_full, &o.ring_full},
+		                            {&device_errors, &o.device_errors},
+		                            {&tun_reads, &o.tun_reads},
+		                            {&tun_writes, &o.tun_writes},
+		                            {&polls, &o.polls},
+		                            {&poll_waits, &o.poll_waits},
+		                            {&busy_polls, &o.busy_polls},
+		                            {&busy_poll_hits, &o.busy_poll_hits},
+		                            {&wake_polls, &o.wake_polls},
+		                            {&wake_poll_hits, &o.wake_poll_hits},
+		                            {&gso_reads, &o.gso_reads},
+		                            {&gso_segments, &o.gso_segments},
+		                            {&gro_writes, &o.gro_writes},
+		                            {&gro_segments, &o.gro_segments},
+		                            {&offload_errors, &o.offload_errors}})
+			mine->add(theirs->get());
+	}
+};
+
+/// One packet read from the tun: the inner packet sits at esp::kHeadroom in
+/// @buf, which has room for encapsulate() to work in place.
+struct TunPacket {
+	std::span<uint8_t> buf;
+	size_t len = 0;
+};
+
+/// One decrypted inner packet to hand to the tun: it lies inside the buffer of
+/// recv_slots()[slot], at least 12 bytes after the buffer's start.
+struct TunWrite {
+	size_t slot = 0;
+	std::span<uint8_t> inner; ///< writable: a port may rewrite headers in place (GRO)
+};
+
+class TunPort {
+public:
+	virtual ~TunPort() = default;
+
+	/// The fd the loop watches (EPOLLIN) for "the tun has packets for us".
+	virtual int read_fd() const noexcept = 0;
+	/// true: read_fd() is an eventfd that only signals and is never read;
+	/// the loop watches it edge-triggered (data_plane.cpp).
+	virtual bool read_fd_signals_only() const noexcept { return false; }
+	/// Before epoll_wait(): may the loop block? false = read work is already waiting.
+	virtual bool can_sleep() noexcept { return true; }
+	/// The loop found read_fd() readable.
+	virtual void on_read_wakeup() noexcept {}
+	/// Up to out.size() packets; their buffers stay ours until read_done().
+	virtual size_t read_batch(std::span<TunPacket> out) noexcept = 0;
+	/// The packets of the last read_batch() have been sent or dropped.
+	virtual void read_done() noexcept {}
+
+	/// kTunBatch receive buffers for the underlay socket's recvmmsg().
+	virtual std::span<platform::RecvSlot> recv_slots() noexcept = 0;
+	/// Hand @pkts to the tun, in order. Return: how many could not be written.
+	virtual size_t write_batch(std::span<const TunWrite> pkts) noexcept = 0;
+
+	/// The counters this port writes; the data plane adds its epoll_wait() calls.
+	virtual TunIoStats& io_stats() noexcept = 0;
+};
+
+/// tun_io = "direct": one read() per outbound and one write() per inbound packet.
+class DirectTunPort final : public TunPort {
+public:
+	/**
+	 * DirectTunPort() - buffers for @tun_fd (non-blocking, not owned)
+	 * @stats: counters to write (outlive the port); nullptr: the port's own
+	 */
+	explicit DirectTunPort(int tun_fd, TunIoStats* stats = nullptr);
+
+	int read_fd() const noexcept override { return fd_; }
+	size_t read_batch(std::span<TunPacket> out) noexcept override;
+	std::span<platform::RecvSlot> recv_slots() noexcept override { return recv_slots_; }
+	size_t write_batch(std::span<const TunWrite> pkts) noexcept override;
+	TunIoStats& io_stats() noexcept override { return stats_; }
+
+private:
+	int fd_;
+	TunIoStats own_stats_;
+	TunIoStats& stats_;
+	// Preallocated: the data path never allocates.
+	std::vector<uint8_t> out_mem_, in_mem_;
+	std::array<platform::RecvSlot, kTunBatch> recv_slots_{};
+};
+
+} // namespace esptun::datapath

@@ -1,0 +1,278 @@
+// The IKEv2 protocol engine (RFC 7296): IKE SAs and their CHILD_SAs for every
+// peer that is keyed by IKE. It does no I/O of its own: datagrams, time and
+// SPIs come in through its methods and the Host interface, datagrams to send
+// and CHILD_SAs to install go out through Host. One thread drives it (the
+// control thread of service/service.cpp).
+//
+// Exchanges, in the order this file's functions follow them:
+//   IKE_SA_INIT (section 1.2): proposals, key exchange, nonces, NAT detection;
+//     a responder under load asks for a cookie first (section 2.6).
+//   IKE_AUTH: identities, PSK authentication (section 2.15) and the first
+//     CHILD_SA with its traffic selectors, narrowed to the peer's allowed_ips.
+//   INFORMATIONAL: deletes and liveness checks, both directions.
+//   CREATE_CHILD_SA as responder: CHILD_SA and IKE SA rekeys the peer starts
+//     (make-before-break: the new inbound SA is live before the reply goes).
+// Requests we send are retransmitted with exponential backoff (section 2.1);
+// the last response is kept and resent when a request is retransmitted to us.
+#pragma once
+
+#include "base/inet.hpp"
+#include "crypto/esp_transform.hpp"
+#include "ike/keymat.hpp"
+#include "ike/message.hpp"
+#include "ike/proposal.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace esptun::ike {
+
+using Clock = std::chrono::steady_clock;
+
+/// How an IKE message travels: plain on UDP 500, or on the ESP port (4500)
+/// behind the four-byte non-ESP marker (RFC 3948 section 2.2).
+enum class Port : uint8_t { ike, natt };
+
+/// An IKE identity (section 3.5) and how it was written.
+struct Identity {
+	IdType type = IdType::fqdn;
+	std::vector<uint8_t> data;
+	friend bool operator==(const Identity&, const Identity&) = default;
+};
+/// "192.0.2.1" / "2001:db8::1" -> address, "user@example.com" -> RFC822,
+/// "@example.com" or anything else -> FQDN (without a leading '@').
+std::optional<Identity> parse_identity(std::string_view text);
+std::string identity_text(const Identity& id);
+
+/// One peer keyed by IKE, as configured.
+struct PeerPolicy {
+	std::string name;
+	std::vector<uint8_t> psk;
+	Identity local_id, remote_id;
+	std::vector<IkeSuite> ike_proposals;
+	std::vector<EspSuite> esp_proposals;
+	std::vector<IpPrefix> allowed_ips; ///< the peer's side of every CHILD_SA
+	std::optional<Endpoint> endpoint;  ///< where to initiate to (IKE and ESP go there)
+	bool initiate = false;
+	uint32_t dpd_interval_s = 30; ///< 0 = no liveness checks of our own
+	/// Initiator (a client without addresses of its own): ask for a virtual
+	/// address and DNS servers in IKE_AUTH (configuration payload, section 3.15).
+	bool request_address = false;
+	/// Responder: the virtual addresses this peer gets when it asks; for a
+	/// family without one here, Host::lease_address() is asked.
+	std::vector<IpAddress> assign;
+	std::vector<IpAddress> dns;    ///< responder: DNS servers handed out with them
+	uint32_t child_rekey_s = 3600; ///< we rekey each CHILD_SA after this (minus up to 10%); 0 = never
+	uint32_t ike_rekey_s = 14400;  ///< the same for the IKE SA
+};
+
+/// One CHILD_SA for the host to install: keys for both directions.
+struct ChildKeys {
+	uint32_t spi_in = 0;  ///< we receive with it (allocated through Host)
+	uint32_t spi_out = 0; ///< the peer receives with it
+	crypto::Cipher cipher = crypto::Cipher::aes128_gcm;
+	bool esn = false;
+	std::vector<uint8_t> enc_in, auth_in, enc_out, auth_out;
+	Endpoint remote; ///< where ESP goes
+};
+
+/// What the engine needs from the service around it.
+class Host {
+public:
+	virtual ~Host() = default;
+	/// Sends @msg (an IKE message, without the non-ESP marker) to @to.
+	virtual void send(Port via, const Endpoint& to, std::span<const uint8_t> msg) = 0;
+	/// Our address as the peer at @to sees it as destination (for NAT detection).
+	virtual std::optional<Endpoint> local_endpoint(Port via, const Endpoint& to) = 0;
+	/// A fresh inbound SPI, reserved until installed or released.
+	virtual uint32_t allocate_spi() = 0;
+	virtual void release_spi(uint32_t spi) = 0;
+	/// Installs both directions; @replace_out: the new outbound SA replaces the
+	/// current one now (false: keep sending on the old one until switch_outbound).
+	virtual void install_child(size_t peer, const ChildKeys& keys, bool replace_out) = 0;
+	/// Makes the CHILD_SA whose inbound SPI is @spi_in the one we send with.
+	virtual void switch_outbound(size_t peer, uint32_t spi_in) = 0;
+	/// Removes the inbound SA @spi_in, and the outbound SA @spi_out if it is
+	/// still the one the peer's packets are sent with (then nothing is sent
+	/// until a new CHILD_SA is installed).
+	virtual void remove_child(size_t peer, uint32_t spi_in, uint32_t spi_out) = 0;
+	/// Wall-clock-free activity: when the peer's last authenticated ESP packet came.
+	virtual std::optional<Clock::time_point> last_esp_rx(size_t peer) = 0;
+	/// The gateway assigned us @addresses and @dns (configuration payload):
+	/// called before the CHILD_SA that uses them is installed.
+	virtual void assigned(size_t /*peer*/, std::span<const IpAddress> /*addresses*/,
+	                      std::span<const IpAddress> /*dns*/) {}
+	/// Gateway: a virtual address of @family from the address pool for @peer
+	/// (which has no fixed one of that family), the one it holds if any;
+	/// nullopt when there is no pool of that family or it is full.
+	virtual std::optional<IpAddress> lease_address(size_t /*peer*/, Family /*family*/) {
+		return std::nullopt;
+	}
+	/// Gateway: @peer's last IKE SA is gone; its pool addresses go back.
+	virtual void release_addresses(size_t /*peer*/) {}
+	/// Initiator: the first CHILD_SA of an IKE SA is up, and @remote is the
+	/// peer's side as the responder narrowed it (section 2.9).
+	virtual void child_selectors(size_t /*peer*/, std::span<const TrafficSelector> /*remote*/) {}
+	/// An authenticated IKE message came from @to, a new address: ESP follows it.
+	virtual void peer_moved(size_t /*peer*/, const Endpoint& /*to*/) {}
+	/// Sends a NAT keepalive (one 0xff byte, RFC 3948 section 2.3) to @to on the ESP port.
+	virtual void send_keepalive(const Endpoint& /*to*/) {}
+	/// One line for the operator (never called per data packet).
+	virtual void log(const std::string& line) = 0;
+};
+
+/// Counters of IKE traffic that was dropped before or at authentication.
+struct IkeCounters {
+	uint64_t received = 0, sent = 0;
+	uint64_t malformed = 0;    ///< does not parse (RFC 7296 section 3)
+	uint64_t unknown_sa = 0;   ///< SPIs of no IKE SA we have
+	uint64_t bad_icv = 0;      ///< SK payload did not verify
+	uint64_t auth_failed = 0;  ///< AUTH payload wrong or rejected by the peer
+	uint64_t no_proposal = 0;  ///< nothing in common
+	uint64_t cookies_sent = 0; ///< COOKIE demands under half-open load (section 2.6)
+	uint64_t retransmits = 0;  ///< our requests sent again
+	uint64_t half_open_dropped = 0;
+	uint64_t logs_suppressed = 0; ///< log lines held back by the rate limit
+};
+
+/// Status of one CHILD_SA for the status JSON.
+struct ChildStatus {
+	uint32_t spi_in = 0, spi_out = 0;
+	std::string cipher;
+	bool esn = false;
+	std::string pfs; ///< key exchange group of the exchange that made it ("x25519"); empty: none
+	int64_t age_s = 0;
+	bool sending = true;                          ///< the outbound half is the peer's current one
+	int64_t rekey_in_s = -1;                      ///< until our rekey; -1 = we do not rekey it
+	std::vector<std::string> local_ts, remote_ts; ///< as prefixes: selector_strings()
+};
+
+/// Status of one IKE SA.
+struct IkeSaStatus {
+	std::string peer; ///< policy name, empty while unauthenticated
+	std::string state;
+	bool initiator = false;
+	uint64_t spi_i = 0, spi_r = 0;
+	std::string suite;
+	std::string remote;
+	int64_t age_s = 0;
+	uint32_t child_rekeys = 0, ike_rekeys = 0;
+	bool behind_nat = false;              ///< NAT detection says our address is translated
+	int64_t rekey_in_s = -1;              ///< until our rekey; -1 = we do not rekey it
+	std::vector<std::string> virtual_ips; ///< handed out (gateway) or received (client)
+	std::vector<std::string> dns;
+	std::vector<ChildStatus> children;
+};
+
+struct ChildSa;
+struct PendingRequest;
+
+class Engine {
+public:
+	Engine(std::vector<PeerPolicy> peers, Host& host);
+	~Engine();
+	Engine(const Engine&) = delete;
+	Engine& operator=(const Engine&) = delete;
+
+	/// Starts the IKE SAs of peers with initiate = true.
+	void start(Clock::time_point now);
+	/// One received IKE message (the marker already stripped).
+	void receive(Port via, const Endpoint& from, std::span<const uint8_t> msg, Clock::time_point now);
+	/// Retransmissions, liveness checks, half-open expiry, restarts.
+	void tick(Clock::time_point now);
+	/// Sends a Delete for every established IKE SA (best effort, no waiting).
+	void shutdown();
+
+	const std::vector<PeerPolicy>& peers() const noexcept { return peers_; }
+	const IkeCounters& counters() const noexcept { return counters_; }
+	std::vector<IkeSaStatus> status(Clock::time_point now) const;
+
+	/// Above this many half-open responder SAs, IKE_SA_INIT needs a cookie.
+	static constexpr size_t kCookieThreshold = 64;
+	/// At most this many half-open SAs at all; more are dropped.
+	static constexpr size_t kHalfOpenLimit = 4096;
+	/// NAT keepalive interval while behind a NAT (RFC 3948 section 4 suggests 20 s).
+	static constexpr std::chrono::seconds kKeepaliveInterval{20};
+
+	struct IkeSa;
+
+private:
+	IkeSa* find(uint64_t our_spi) noexcept;
+	void handle_init_request(Port via, const Endpoint& from, std::span<const uint8_t> msg,
+	                         const Message& m, Clock::time_point now);
+	void handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const Message& m,
+	                          Clock::time_point now);
+	void handle_auth_request(IkeSa& sa, std::span<const uint8_t> msg, std::vector<Payload>& inner,
+	                         Clock::time_point now);
+	void handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now);
+	void handle_response(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now);
+	void handle_informational_request(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now);
+	void handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now);
+	void handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::vector<Payload>& inner,
+	                                 Clock::time_point now);
+	void handle_rekey_ike_response(IkeSa& sa, PendingRequest& req, std::vector<Payload>& inner,
+	                               Clock::time_point now);
+	void handle_delete_child_response(IkeSa& sa, PendingRequest& req);
+	void start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now,
+	                       std::optional<DhGroup> group = std::nullopt);
+	void start_ike_rekey(IkeSa& sa, Clock::time_point now);
+	void send_child_deletes(IkeSa& sa, Clock::time_point now);
+	void resolve_collision(IkeSa& sa, uint32_t old_spi_in);
+	void initiate(size_t peer, Clock::time_point now);
+	void send_init(IkeSa& sa, Clock::time_point now);
+	void send_request(IkeSa& sa, Exchange ex, std::span<const Payload> inner, Clock::time_point now);
+	void send_response(IkeSa& sa, const Header& req, std::span<const Payload> inner);
+	void send_plain_notify(Port via, const Endpoint& to, const Header& req, uint16_t type,
+	                       std::span<const uint8_t> data);
+	void established(IkeSa& sa, Clock::time_point now);
+	void close(IkeSa& sa, const std::string& why, bool restart, Clock::time_point now,
+	           bool tell_peer = false);
+	void remove_children(IkeSa& sa);
+	void sweep();
+	ChildKeys child_keys(const IkeSa& sa, crypto::Cipher c, bool esn, uint32_t spi_in, uint32_t spi_out,
+	                     bool we_initiated, std::span<const uint8_t> ni, std::span<const uint8_t> nr,
+	                     std::span<const uint8_t> g_ir = {}) const;
+	std::string peer_label(const IkeSa& sa) const;
+	/// The peer's side of its CHILD_SAs: allowed_ips plus its leased addresses.
+	std::vector<IpPrefix> peer_side(size_t peer) const;
+	std::vector<IpAddress> offer_addresses(IkeSa& sa, const PeerPolicy& pol, bool want4, bool want6);
+	void log_limited(const std::string& line);
+	std::vector<Payload> nat_detection(uint64_t spi_i, uint64_t spi_r, Port via, const Endpoint& remote);
+	bool we_are_behind_nat(const Message& m, uint64_t spi_i, uint64_t spi_r, Port via,
+	                       const Endpoint& remote);
+	std::vector<uint8_t> cookie_for(const Endpoint& from, uint64_t spi_i,
+	                                std::span<const uint8_t> ni) const;
+
+	std::vector<PeerPolicy> peers_;
+	Host& host_;
+	std::map<uint64_t, std::unique_ptr<IkeSa>> sas_; ///< by our SPI
+	std::vector<Clock::time_point> restart_at_;      ///< per peer: when to initiate again
+	std::vector<uint32_t> restart_backoff_s_;
+	std::vector<std::vector<IpAddress>> leased_; ///< per peer: from Host::lease_address()
+	std::vector<IkeSuite> responder_suites_;     ///< union of all peers' IKE proposals
+	IkeCounters counters_;
+	std::vector<uint8_t> cookie_secret_;
+	Clock::time_point log_window_{};
+	unsigned logs_in_window_ = 0;
+};
+
+/// Narrows @offered to what @allowed covers (section 2.9): each selector is
+/// cut to its overlap with each prefix; empty overlaps vanish.
+std::vector<TrafficSelector> narrow(std::span<const TrafficSelector> offered,
+                                    std::span<const IpPrefix> allowed);
+/// A selector covering exactly @p (any protocol, all ports).
+TrafficSelector selector_of(const IpPrefix& p);
+/// The fewest prefixes that cover exactly @ts's address range (protocol and
+/// ports aside); empty for a malformed range.
+std::vector<IpPrefix> selector_prefixes(const TrafficSelector& ts);
+/// Each selector as prefixes, e.g. "10.1.0.0/16", with " proto 6 ports 80-80"
+/// when it is narrower than all protocols and ports.
+std::vector<std::string> selector_strings(std::span<const TrafficSelector> ts);
+
+} // namespace esptun::ike

@@ -1,0 +1,301 @@
+// The IKEv2 engine, IKE_AUTH (RFC 7296 section 1.2): PSK authentication
+// both ways, the configuration payload (virtual addresses, fixed or leased
+// from the gateway's pool, and DNS servers; section 3.15), and the first
+// CHILD_SA with its traffic selectors narrowed (section 2.9). See engine.hpp.
+#include "ike/engine_internal.hpp"
+
+namespace esptun::ike {
+
+// ---- IKE_AUTH --------------------------------------------------------------
+
+ChildKeys Engine::child_keys(const IkeSa& sa, crypto::Cipher c, bool esn, uint32_t spi_in, uint32_t spi_out,
+                             bool we_initiated, std::span<const uint8_t> ni, std::span<const uint8_t> nr,
+                             std::span<const uint8_t> g_ir) const {
+	// Section 2.17: KEYMAT = prf+(SK_d, [g^ir (new) |] Ni | Nr), g^ir with
+	// PFS; the exchange initiator's outbound keys (encryption, then
+	// integrity) come first.
+	const crypto::CipherSpec& spec = crypto::cipher_spec(c);
+	const size_t per_dir = spec.enc_key_len + spec.auth_key_len;
+	const std::vector<uint8_t> km = child_keymat(sa.suite.prf, sa.keys.sk_d, g_ir, ni, nr, 2 * per_dir);
+	auto part = [&](size_t off, size_t len) {
+		return std::vector<uint8_t>(km.begin() + long(off), km.begin() + long(off + len));
+	};
+	ChildKeys k;
+	k.spi_in = spi_in;
+	k.spi_out = spi_out;
+	k.cipher = c;
+	k.esn = esn;
+	k.remote = sa.remote;
+	const size_t out_off = we_initiated ? 0 : per_dir, in_off = we_initiated ? per_dir : 0;
+	k.enc_out = part(out_off, spec.enc_key_len);
+	k.auth_out = part(out_off + spec.enc_key_len, spec.auth_key_len);
+	k.enc_in = part(in_off, spec.enc_key_len);
+	k.auth_in = part(in_off + spec.enc_key_len, spec.auth_key_len);
+	return k;
+}
+
+void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, std::vector<Payload>& inner,
+                                 Clock::time_point now) {
+	const Header req{sa.spi_i,           sa.spi_r,       PayloadType::sk,     kVersion2,
+	                 Exchange::ike_auth, kFlagInitiator, sa.peer_next_id - 1, 0};
+	const IdPayload* idi = find_id(inner, true);
+	const AuthPayload* auth = find_in<AuthPayload>(inner);
+	if (!idi || !auth) {
+		counters_.malformed++;
+		const Payload p[] = {make_notify(notify::invalid_syntax)};
+		send_response(sa, req, p);
+		close(sa, "IKE_AUTH without identity or AUTH payload", false, now);
+		return;
+	}
+	const Identity who{idi->type, idi->data};
+	std::optional<size_t> match;
+	for (size_t i = 0; i < peers_.size(); i++)
+		if (peers_[i].remote_id == who) {
+			match = i;
+			break;
+		}
+	const auto fail_auth = [&](const std::string& why) {
+		counters_.auth_failed++;
+		log_limited(why);
+		const Payload p[] = {make_notify(notify::authentication_failed)};
+		send_response(sa, req, p);
+		sa.state = IkeSa::State::closed;
+	};
+	if (!match) {
+		fail_auth("IKE_AUTH from " + endpoint_text(sa.remote) +
+		          ": authentication failed: identity '" + identity_text(who) +
+		          "' is not configured for any peer");
+		return;
+	}
+	const PeerPolicy& pol = peers_[*match];
+	const std::vector<uint8_t> want =
+	    psk_auth(sa.suite.prf, pol.psk, sa.init_request, sa.nr, sa.keys.sk_pi, idi->body());
+	if (auth->method != AuthMethod::psk || !ct_equal(auth->data, want)) {
+		fail_auth("peer " + pol.name + ": authentication failed: " + endpoint_text(sa.remote) +
+		          " (ID '" + identity_text(who) + "') " +
+		          (auth->method != AuthMethod::psk ? "uses an authentication method other than PSK"
+		                                           : "does not prove our pre-shared key"));
+		return;
+	}
+	sa.peer = match;
+
+	IdPayload idr{false, pol.local_id.type, pol.local_id.data};
+	std::vector<Payload> reply{
+	    idr, AuthPayload{AuthMethod::psk, psk_auth(sa.suite.prf, pol.psk, sa.init_response, sa.ni,
+	                                               sa.keys.sk_pr, idr.body())}};
+	// A client asking for a virtual address gets its fixed one(s) or a lease
+	// from the pool, and the DNS servers. Without any address it gets
+	// INTERNAL_ADDRESS_FAILURE and no CHILD_SA (section 3.10.1).
+	bool address_failed = false;
+	if (const CpPayload* cp = find_in<CpPayload>(inner); cp && cp->type == CpType::request) {
+		bool want4 = false, want6 = false, want_dns = false;
+		for (const CpAttribute& at : cp->attributes) {
+			want4 = want4 || at.type == cp_attr::internal_ip4_address;
+			want6 = want6 || at.type == cp_attr::internal_ip6_address;
+			want_dns = want_dns || at.type == cp_attr::internal_ip4_dns ||
+			           at.type == cp_attr::internal_ip6_dns;
+		}
+		sa.virtual_ips = offer_addresses(sa, pol, want4, want6);
+		address_failed = (want4 || want6) && sa.virtual_ips.empty();
+		CpPayload out{CpType::reply, {}};
+		for (const IpAddress& a : sa.virtual_ips)
+			out.attributes.push_back(address_attribute(a, false));
+		if (want_dns && !address_failed)
+			for (const IpAddress& d : pol.dns)
+				out.attributes.push_back(address_attribute(d, true));
+		if (!out.attributes.empty()) reply.push_back(out);
+		sa.dns = address_failed ? std::vector<IpAddress>{} : pol.dns;
+	}
+	const SaPayload* child_sa = find_in<SaPayload>(inner);
+	const TsPayload* tsi = find_ts(inner, true);
+	const TsPayload* tsr = find_ts(inner, false);
+	std::string child_note;
+	if (address_failed) {
+		child_note = "no CHILD_SA: no virtual address for it";
+		reply.push_back(make_notify(notify::internal_address_failure));
+	} else if (child_sa && tsi && tsr) {
+		std::optional<EspChoice> choice =
+		    choose_esp(*child_sa, pol.esp_proposals, ChildExchange::ike_auth);
+		std::vector<TrafficSelector> ts_i = narrow(tsi->selectors, peer_side(*match));
+		if (!choice) {
+			counters_.no_proposal++;
+			child_note =
+			    "no CHILD_SA: no ESP proposal in common; it offered " + describe_offer(*child_sa);
+			reply.push_back(make_notify(notify::no_proposal_chosen));
+		} else if (ts_i.empty()) {
+			child_note = "no CHILD_SA: its traffic selectors " + selectors_text(tsi->selectors) +
+			             " are outside allowed_ips";
+			reply.push_back(make_notify(notify::ts_unacceptable));
+		} else {
+			const uint32_t spi_in = host_.allocate_spi();
+			choice->reply.spi = be32_bytes(spi_in);
+			const ChildKeys keys = child_keys(sa, choice->cipher, choice->esn, spi_in,
+			                                  choice->peer_spi, false, sa.ni, sa.nr);
+			host_.install_child(*match, keys, true);
+			sa.children.push_back(child_record(keys, true, false, sa.ni, sa.nr, tsr->selectors,
+			                                   ts_i, pol.child_rekey_s, now));
+			child_note =
+			    "CHILD_SA up, SPIs in " + hex_spi(spi_in, 8) + " out " +
+			    hex_spi(choice->peer_spi, 8) + ", " +
+			    std::string(crypto::cipher_spec(choice->cipher).name) +
+			    (choice->esn ? " with ESN" : "") + ", selectors " + selectors_text(ts_i) +
+			    (sa.virtual_ips.empty() ? ""
+			                            : ", virtual address " + addresses_text(sa.virtual_ips));
+			reply.push_back(SaPayload{{choice->reply}});
+			reply.push_back(TsPayload{true, ts_i});
+			reply.push_back(TsPayload{false, tsr->selectors});
+		}
+	}
+	send_response(sa, req, reply);
+	established(sa, now);
+	if (!child_note.empty()) host_.log("peer " + pol.name + ": " + child_note);
+}
+
+std::vector<IpAddress> Engine::offer_addresses(IkeSa& sa, const PeerPolicy& pol, bool want4, bool want6) {
+	const size_t peer = *sa.peer;
+	std::vector<IpAddress> out;
+	for (const Family f : {Family::v4, Family::v6}) {
+		if (!(f == Family::v4 ? want4 : want6)) continue;
+		const size_t before = out.size();
+		for (const IpAddress& a : pol.assign)
+			if (a.family == f) out.push_back(a);
+		if (out.size() > before) continue;
+		if (std::optional<IpAddress> a = host_.lease_address(peer, f)) {
+			out.push_back(*a);
+			if (std::find(leased_[peer].begin(), leased_[peer].end(), *a) == leased_[peer].end())
+				leased_[peer].push_back(*a);
+		}
+	}
+	if ((want4 || want6) && out.empty())
+		host_.log("peer " + pol.name + " asks for a virtual address, but has no fixed one " +
+		          "in [tunnel] address_pool and the pool has none free for it");
+	return out;
+}
+
+std::vector<IpPrefix> Engine::peer_side(size_t peer) const {
+	std::vector<IpPrefix> out = peers_[peer].allowed_ips;
+	for (const IpAddress& a : leased_[peer])
+		out.push_back({a, uint8_t(a.max_prefix())});
+	return out;
+}
+
+void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now) {
+	const PeerPolicy& pol = peers_[*sa.peer];
+	if (find_notify_in(inner, notify::authentication_failed)) {
+		counters_.auth_failed++;
+		close(sa,
+		      "authentication failed: " + endpoint_text(sa.remote) +
+		          " rejected our identity or pre-shared key (AUTHENTICATION_FAILED)",
+		      true, now);
+		return;
+	}
+	const IdPayload* idr = find_id(inner, false);
+	const AuthPayload* auth = find_in<AuthPayload>(inner);
+	if (!idr || !auth) {
+		const NotifyPayload* e = first_error(inner);
+		close(sa,
+		      "IKE_AUTH failed: " +
+		          (e ? notify_name(e->type) : std::string("the answer has no AUTH payload")),
+		      true, now);
+		return;
+	}
+	if (!(Identity{idr->type, idr->data} == pol.remote_id)) {
+		counters_.auth_failed++;
+		close(sa,
+		      "authentication failed: the responder identifies as '" +
+		          identity_text({idr->type, idr->data}) + "', expected '" +
+		          identity_text(pol.remote_id) + "'",
+		      true, now);
+		return;
+	}
+	const std::vector<uint8_t> want =
+	    psk_auth(sa.suite.prf, pol.psk, sa.init_response, sa.ni, sa.keys.sk_pr, idr->body());
+	if (auth->method != AuthMethod::psk || !ct_equal(auth->data, want)) {
+		counters_.auth_failed++;
+		close(sa,
+		      "authentication failed: " + endpoint_text(sa.remote) +
+		          " does not prove our pre-shared key",
+		      true, now);
+		return;
+	}
+	const uint32_t spi_in = sa.reserved_spi;
+	sa.reserved_spi = 0;
+	if (pol.request_address) {
+		sa.virtual_ips.clear();
+		sa.dns.clear();
+		if (const CpPayload* cp = find_in<CpPayload>(inner); cp && cp->type == CpType::reply)
+			for (const CpAttribute& at : cp->attributes) {
+				std::optional<IpAddress> a = attribute_address(at);
+				if (!a) continue;
+				const bool dns = at.type == cp_attr::internal_ip4_dns ||
+				                 at.type == cp_attr::internal_ip6_dns;
+				(dns ? sa.dns : sa.virtual_ips).push_back(*a);
+			}
+		if (sa.virtual_ips.empty()) {
+			host_.release_spi(spi_in);
+			established(sa, now);
+			close(sa,
+			      std::string("the gateway assigned no virtual address") +
+			          (find_notify_in(inner, notify::internal_address_failure)
+			               ? " (INTERNAL_ADDRESS_FAILURE: its address_pool is full or has none "
+			                 "for our identity)"
+			               : " (it has no address_pool for our identity)"),
+			      true, now, true);
+			return;
+		}
+	}
+	established(sa, now);
+	if (pol.request_address) {
+		host_.log("peer " + pol.name + ": virtual address " + addresses_text(sa.virtual_ips) +
+		          (sa.dns.empty() ? "" : ", DNS " + addresses_text(sa.dns)));
+		host_.assigned(*sa.peer, sa.virtual_ips, sa.dns);
+	}
+	const SaPayload* child_sa = find_in<SaPayload>(inner);
+	const TsPayload* tsi = find_ts(inner, true);
+	const TsPayload* tsr = find_ts(inner, false);
+	std::optional<EspChoice> choice;
+	if (child_sa) choice = accept_esp(*child_sa, pol.esp_proposals, ChildExchange::ike_auth);
+	std::string problem;
+	if (const NotifyPayload* e = first_error(inner))
+		problem = "the responder refused the CHILD_SA: " + notify_name(e->type);
+	else if (!choice || !tsi || !tsr)
+		problem = "the responder's CHILD_SA answer is not one we offered";
+	else if (narrow(tsr->selectors, pol.allowed_ips) != tsr->selectors)
+		problem = "the responder's traffic selectors " + selectors_text(tsr->selectors) +
+		          " exceed allowed_ips";
+	if (!problem.empty()) {
+		host_.release_spi(spi_in);
+		close(sa, problem, true, now, true);
+		return;
+	}
+	const ChildKeys keys =
+	    child_keys(sa, choice->cipher, choice->esn, spi_in, choice->peer_spi, true, sa.ni, sa.nr);
+	host_.install_child(*sa.peer, keys, true);
+	sa.children.push_back(child_record(keys, true, true, sa.ni, sa.nr, tsi->selectors, tsr->selectors,
+	                                   pol.child_rekey_s, now));
+	host_.child_selectors(*sa.peer, tsr->selectors);
+	restart_backoff_s_[*sa.peer] =
+	    kRestartMinS; // a working tunnel: the next failure starts the backoff over
+	host_.log("peer " + pol.name + ": CHILD_SA up, SPIs in " + hex_spi(spi_in, 8) + " out " +
+	          hex_spi(choice->peer_spi, 8) + ", " +
+	          std::string(crypto::cipher_spec(choice->cipher).name) + (choice->esn ? " with ESN" : "") +
+	          ", selectors " + selectors_text(tsr->selectors));
+}
+
+void Engine::established(IkeSa& sa, Clock::time_point now) {
+	sa.state = IkeSa::State::established;
+	sa.established_at = now;
+	sa.next_keepalive = now + kKeepaliveInterval;
+	if (peers_[*sa.peer].ike_rekey_s) sa.rekey_at = now + jittered(peers_[*sa.peer].ike_rekey_s);
+	host_.log("peer " + peers_[*sa.peer].name + ": IKE SA established with " + endpoint_text(sa.remote) +
+	          " (" + ike_suite_name(sa.suite) + ", SPIs " + hex_spi(sa.spi_i, 16) + "_i " +
+	          hex_spi(sa.spi_r, 16) + "_r, " + (sa.initiator ? "we initiated" : "the peer initiated") +
+	          ")");
+	// One IKE SA per peer: an older one (from before a restart on either
+	// side) is replaced by the one that just authenticated.
+	for (auto& [spi, other] : sas_)
+		if (other.get() != &sa && other->peer == sa.peer && other->state != IkeSa::State::closed)
+			close(*other, "replaced by a newer IKE SA", false, now, true);
+}
+
+} // namespace esptun::ike

@@ -1,0 +1,160 @@
+// The IKEv2 engine, part 3: timers (retransmission, liveness checks, NAT
+// keepalives, rekey deadlines, restarts) and teardown (see engine.hpp).
+#include "ike/engine_internal.hpp"
+
+namespace esptun::ike {
+
+// ---- timers and teardown -------------------------------------------------------
+
+void Engine::tick(Clock::time_point now) {
+	for (auto& [spi, owned] : sas_) {
+		IkeSa& sa = *owned;
+		if (sa.state == IkeSa::State::closed) continue;
+		if (sa.state == IkeSa::State::responder_init && now - sa.created >= kHalfOpenTimeout) {
+			sa.state = IkeSa::State::closed; // never authenticated: nothing to tell anyone
+			continue;
+		}
+		if (sa.pending && now >= sa.pending->next) {
+			PendingRequest& p = *sa.pending;
+			if (p.tries >=
+			    (p.kind == RequestKind::liveness ? kLivenessRetransmits : kMaxRetransmits)) {
+				const bool liveness = p.kind == RequestKind::liveness;
+				close(sa,
+				      liveness ? "the peer is dead: no answer to liveness checks"
+				               : "no answer from " + endpoint_text(sa.remote),
+				      p.kind != RequestKind::del_ike, now);
+				continue;
+			}
+			p.tries++;
+			if (p.kind != RequestKind::liveness)
+				p.interval *= 2; // liveness checks keep their pace
+			p.next = now + p.interval;
+			counters_.retransmits++;
+			host_.send(sa.via, sa.remote, p.bytes);
+			counters_.sent++;
+			continue;
+		}
+		if (sa.state == IkeSa::State::established && sa.behind_nat && !sa.rekeyed &&
+		    now >= sa.next_keepalive) {
+			// Behind a NAT: keep its mapping open for the peer's packets, also
+			// when we have nothing to send (RFC 3948 section 2.3).
+			host_.send_keepalive(sa.remote);
+			sa.next_keepalive = now + kKeepaliveInterval;
+		}
+		if (sa.state == IkeSa::State::established && !sa.pending && sa.peer && !sa.rekeyed) {
+			if (!sa.delete_queue.empty()) {
+				send_child_deletes(sa, now);
+				continue;
+			}
+			if (sa.rekey_at != Clock::time_point{} && now >= sa.rekey_at) {
+				start_ike_rekey(sa, now);
+				continue;
+			}
+			bool rekeying = false;
+			for (size_t i = 0; i < sa.children.size() && !rekeying; i++) {
+				const ChildSa& c = sa.children[i];
+				if (c.sending && !c.successor_in && !c.deleting &&
+				    c.rekey_at != Clock::time_point{} && now >= c.rekey_at) {
+					start_child_rekey(sa, i, now);
+					rekeying = true;
+				}
+			}
+			if (rekeying) continue;
+			const uint32_t dpd = peers_[*sa.peer].dpd_interval_s;
+			if (dpd == 0) continue;
+			Clock::time_point last = sa.last_heard;
+			if (auto esp = host_.last_esp_rx(*sa.peer); esp && *esp > last) last = *esp;
+			if (now - last < seconds(dpd)) continue;
+			// Liveness check (section 2.4): an empty INFORMATIONAL request,
+			// retransmitted at a quarter of the interval so a dead peer is
+			// noticed within about two intervals.
+			send_request(sa, Exchange::informational, {}, now);
+			sa.pending->kind = RequestKind::liveness;
+			sa.pending->interval = seconds(std::max<uint32_t>(1, dpd / 4));
+			sa.pending->next = now + sa.pending->interval;
+		}
+	}
+	sweep();
+	for (size_t i = 0; i < peers_.size(); i++) {
+		if (restart_at_[i] == Clock::time_point{} || now < restart_at_[i]) continue;
+		const bool active = std::any_of(sas_.begin(), sas_.end(), [&](const auto& kv) {
+			return kv.second->peer == i && kv.second->state != IkeSa::State::closed;
+		});
+		restart_at_[i] = {};
+		if (!active) initiate(i, now);
+	}
+}
+
+void Engine::remove_children(IkeSa& sa) {
+	if (sa.peer)
+		for (const ChildSa& c : sa.children)
+			host_.remove_child(*sa.peer, c.spi_in, c.spi_out);
+	sa.children.clear();
+	sa.delete_queue.clear();
+	if (sa.pending && sa.pending->kind == RequestKind::rekey_child && sa.pending->new_spi_in) {
+		host_.release_spi(sa.pending->new_spi_in);
+		sa.pending->new_spi_in = 0;
+	}
+	if (sa.reserved_spi) {
+		host_.release_spi(sa.reserved_spi);
+		sa.reserved_spi = 0;
+	}
+}
+
+void Engine::close(IkeSa& sa, const std::string& why, bool restart, Clock::time_point now, bool tell_peer) {
+	if (sa.state == IkeSa::State::closed) return;
+	if (tell_peer && sa.state == IkeSa::State::established && sa.sk_out) {
+		// A Delete the peer may or may not get (section 1.4.1); nobody waits for it.
+		const Payload p[] = {DeletePayload{Protocol::ike, {}}};
+		if (sa.pending && sa.pending->kind == RequestKind::rekey_child)
+			host_.release_spi(sa.pending->new_spi_in);
+		send_request(sa, Exchange::informational, p, now);
+		sa.pending.reset();
+	}
+	remove_children(sa);
+	sa.state = IkeSa::State::closed;
+	if (!sa.peer) return;
+	const size_t peer = *sa.peer;
+	if (!sa.rekeyed) host_.log(peer_label(sa) + ": IKE SA closed: " + why);
+	// Pool addresses stay with the peer while any IKE SA of it lives (a
+	// rekeyed or replaced SA has a successor), so a rekey keeps the address.
+	if (!leased_[peer].empty() && std::none_of(sas_.begin(), sas_.end(), [&](const auto& other) {
+		    return other.second.get() != &sa && other.second->peer == sa.peer &&
+		           other.second->state != IkeSa::State::closed;
+	    })) {
+		leased_[peer].clear();
+		host_.release_addresses(peer);
+	}
+	const PeerPolicy& pol = peers_[peer];
+	if (restart && !sa.rekeyed && pol.initiate && pol.endpoint) {
+		restart_at_[peer] = now + seconds(restart_backoff_s_[peer]);
+		restart_backoff_s_[peer] = std::min(kRestartMaxS, restart_backoff_s_[peer] * 2);
+	}
+}
+
+void Engine::sweep() {
+	for (auto it = sas_.begin(); it != sas_.end();) {
+		if (it->second->state == IkeSa::State::closed) {
+			remove_children(*it->second);
+			it = sas_.erase(it);
+		} else {
+			++it;
+		}
+	}
+}
+
+void Engine::shutdown() {
+	const Clock::time_point now = Clock::now();
+	for (auto& [spi, sa] : sas_) {
+		if (sa->state != IkeSa::State::established) continue;
+		const Payload p[] = {DeletePayload{Protocol::ike, {}}};
+		if (sa->pending && sa->pending->kind == RequestKind::rekey_child)
+			host_.release_spi(sa->pending->new_spi_in);
+		send_request(*sa, Exchange::informational, p, now);
+		sa->pending.reset();
+		remove_children(*sa);
+		sa->state = IkeSa::State::closed;
+	}
+	sweep();
+}
+} // namespace esptun::ike

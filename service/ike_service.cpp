@@ -1,0 +1,489 @@
+// IkeService: see ike_service.hpp.
+#include "service/ike_service.hpp"
+
+#include "base/error.hpp"
+#include "platform/netlink.hpp"
+#include "platform/sockaddr.hpp"
+#include "service/log.hpp"
+#include "service/service.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdexcept>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace esptun::service {
+namespace {
+
+/// RFC 3948 section 2.2: IKE on the ESP port starts with four zero bytes
+/// where ESP has its (never zero) SPI.
+constexpr size_t kMarkerLen = 4;
+constexpr std::chrono::milliseconds kTick{200};
+
+int socket_family(int fd) {
+	int family = 0;
+	socklen_t len = sizeof family;
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) != 0) return AF_INET;
+	return family;
+}
+
+std::optional<Endpoint> bound_endpoint(int fd) {
+	sockaddr_storage ss{};
+	socklen_t len = sizeof ss;
+	if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return std::nullopt;
+	return platform::from_sockaddr(ss, len);
+}
+
+/// A UDP socket bound to @at for IKE_SA_INIT on port 500 (dual-stack on [::]).
+platform::UniqueFd bind_ike_socket(const Endpoint& at) {
+	const int family = at.addr.family == Family::v6 ? AF_INET6 : AF_INET;
+	platform::UniqueFd fd(::socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+	if (!fd) throw SystemError(errno, "socket(IKE)");
+	if (family == AF_INET6) {
+		int off = 0;
+		setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+	}
+	sockaddr_storage ss{};
+	const socklen_t len = platform::to_sockaddr(at, family, ss);
+	if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
+		const int err = errno;
+		throw std::runtime_error(
+		    "cannot bind the IKE port " + to_string(at) + ": " + std::strerror(err) +
+		    (err == EADDRINUSE ? " (another IKE daemon?)" : "") +
+		    "; set [tunnel] ike_port to a free port, or 0 to take IKE only on the "
+		    "listen port");
+	}
+	return fd;
+}
+
+int dup_fd(int fd) {
+	const int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (d < 0) throw SystemError(errno, "dup");
+	return d;
+}
+
+} // namespace
+
+std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std::string& hostname) {
+	std::vector<ike::PeerPolicy> out;
+	for (const conf::PeerConfig& p : config.peers) {
+		if (!p.ike) continue;
+		ike::PeerPolicy pol;
+		pol.name = p.name;
+		pol.psk = p.ike->psk;
+		const std::string local = !p.ike->local_id.empty() ? p.ike->local_id : hostname;
+		pol.local_id =
+		    ike::parse_identity(local).value_or(ike::Identity{ike::IdType::fqdn, {'e', 's', 'p'}});
+		pol.remote_id = *ike::parse_identity(p.ike->remote_id);
+		pol.ike_proposals = p.ike->ike_proposals;
+		pol.esp_proposals = p.ike->esp_proposals;
+		pol.allowed_ips = p.allowed_ips;
+		pol.endpoint = p.endpoint;
+		pol.initiate = p.ike->initiate;
+		pol.dpd_interval_s = p.ike->dpd_interval;
+		pol.child_rekey_s = p.ike->rekey_time;
+		// A client without addresses of its own asks its gateway for one; a
+		// gateway gives each client the host addresses of its allowed_ips
+		// that lie in the address pool, or else leases it one from the pool.
+		pol.request_address = config.role == conf::Role::client && config.tunnel.addresses.empty();
+		for (const IpPrefix& a : p.allowed_ips)
+			for (const IpPrefix& pool : config.tunnel.address_pool)
+				if (a.len == a.addr.max_prefix() && pool.contains(a.addr))
+					pol.assign.push_back(a.addr);
+		pol.dns = config.tunnel.dns;
+		pol.ike_rekey_s = p.ike->ike_rekey_time;
+		out.push_back(std::move(pol));
+	}
+	return out;
+}
+
+IkeService::IkeService(asio::io_context& io, const conf::Config& config, tunnel::SaTable& table, int natt_fd,
+                       datapath::IkeInbox& inbox, int tun_ifindex)
+    : table_(table), natt_fd_(natt_fd), inbox_(inbox), tun_ifindex_(tun_ifindex), inbox_wait_(io),
+      ike_wait_(io), timer_(io) {
+	natt_family_ = socket_family(natt_fd);
+	if (auto ep = bound_endpoint(natt_fd)) natt_port_ = ep->port;
+	if (!config.tunnel.listen.addr.is_unspecified()) listen_addr_ = config.tunnel.listen.addr;
+	char host[256] = {};
+	if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::strcpy(host, "esptun");
+	std::vector<ike::PeerPolicy> policies = ike_policies(config, host);
+	for (const conf::PeerConfig& p : config.peers) {
+		if (!p.ike) continue;
+		tunnel::Peer* found = nullptr;
+		for (const auto& tp : table.peers())
+			if (tp->name == p.name) found = tp.get();
+		if (!found) throw std::logic_error("IKE peer " + p.name + " is not in the SA table");
+		table_peers_.push_back(found);
+		replay_windows_.push_back(p.replay_window);
+	}
+	if (config.tunnel.ike_port != 0 && config.tunnel.ike_port != natt_port_) {
+		Endpoint at = config.tunnel.listen;
+		at.port = config.tunnel.ike_port;
+		ike_fd_ = bind_ike_socket(at);
+		ike_family_ = at.addr.family == Family::v6 ? AF_INET6 : AF_INET;
+		ike_port_ = config.tunnel.ike_port;
+	}
+	if (config.role == conf::Role::client && !config.peers.empty()) {
+		client_config_ = &config;
+		routed_ = tun_routes(config, config.peers.front().allowed_ips);
+	}
+	engine_ = std::make_unique<ike::Engine>(std::move(policies), *this);
+}
+
+IkeService::~IkeService() = default;
+
+void IkeService::start() {
+	inbox_wait_.assign(dup_fd(inbox_.fd()));
+	wait_inbox();
+	if (ike_fd_) {
+		ike_wait_.assign(dup_fd(ike_fd_.get()));
+		wait_ike_socket();
+	}
+	engine_->start(ike::Clock::now());
+	arm_timer();
+}
+
+void IkeService::shutdown() {
+	engine_->shutdown();
+	dns_.restore(); // the tun still exists; the destructor would do it too
+	timer_.cancel();
+	inbox_wait_.cancel();
+	if (ike_wait_.is_open()) ike_wait_.cancel(); // not open with ike_port = 0
+}
+
+void IkeService::wait_inbox() {
+	inbox_wait_.async_wait(asio::posix::stream_descriptor::wait_read, [this](asio::error_code ec) {
+		if (ec) return;
+		inbox_.drain([this](std::span<const uint8_t> msg, const Endpoint& from) {
+			engine_->receive(ike::Port::natt, from, msg, ike::Clock::now());
+		});
+		wait_inbox();
+	});
+}
+
+void IkeService::wait_ike_socket() {
+	ike_wait_.async_wait(asio::posix::stream_descriptor::wait_read, [this](asio::error_code ec) {
+		if (ec) return;
+		// A bounded number per wake-up, so a flood cannot starve the rest of the loop.
+		std::array<uint8_t, datapath::IkeInbox::kMaxMessage> buf;
+		for (int i = 0; i < 64; i++) {
+			sockaddr_storage ss{};
+			socklen_t len = sizeof ss;
+			const ssize_t n = ::recvfrom(ike_fd_.get(), buf.data(), buf.size(), MSG_TRUNC,
+			                             reinterpret_cast<sockaddr*>(&ss), &len);
+			if (n < 0) break;
+			std::optional<Endpoint> from = platform::from_sockaddr(ss, len);
+			if (!from || size_t(n) > buf.size()) continue; // too big for any IKE message we take
+			engine_->receive(ike::Port::ike, *from,
+			                 std::span<const uint8_t>(buf.data(), size_t(n)), ike::Clock::now());
+		}
+		wait_ike_socket();
+	});
+}
+
+void IkeService::arm_timer() {
+	timer_.expires_after(kTick);
+	timer_.async_wait([this](asio::error_code ec) {
+		if (ec) return;
+		engine_->tick(ike::Clock::now());
+		arm_timer();
+	});
+}
+
+void IkeService::send(ike::Port via, const Endpoint& to, std::span<const uint8_t> msg) {
+	std::array<uint8_t, datapath::IkeInbox::kMaxMessage + kMarkerLen> buf{};
+	size_t len = 0;
+	int fd = natt_fd_, family = natt_family_;
+	if (via == ike::Port::natt || !ike_fd_) {
+		if (msg.size() > datapath::IkeInbox::kMaxMessage) return;
+		std::copy(msg.begin(), msg.end(), buf.begin() + kMarkerLen); // marker: the zeros in front
+		len = msg.size() + kMarkerLen;
+	} else {
+		if (msg.size() > buf.size()) return;
+		std::copy(msg.begin(), msg.end(), buf.begin());
+		len = msg.size();
+		fd = ike_fd_.get();
+		family = ike_family_;
+	}
+	sockaddr_storage ss{};
+	const socklen_t slen = platform::to_sockaddr(to, family, ss);
+	if (slen == 0 ||
+	    ::sendto(fd, buf.data(), len, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&ss), slen) < 0)
+		send_errors_++; // the engine retransmits requests; a lost answer is asked for again
+}
+
+void IkeService::peer_moved(size_t peer, const Endpoint& to) {
+	tunnel::Peer& p = *table_peers_[peer];
+	if (p.endpoint() == to) return; // ESP already followed it
+	p.set_endpoint(to);
+	log::info("peer " + p.name + ": moved to " + to_string(to) + " (authenticated IKE message)");
+}
+
+void IkeService::child_selectors(size_t peer, std::span<const ike::TrafficSelector> remote) {
+	// The client routes what the gateway agreed to carry (RFC 7296 section
+	// 2.9: it may narrow our allowed_ips). A /0 stays with route_all, which
+	// keeps sending everything into the tunnel even when the gateway
+	// narrows: a VPN that is told to carry all traffic must not start
+	// leaking the rest in the clear.
+	if (!client_config_) return;
+	std::vector<IpPrefix> offered;
+	for (const ike::TrafficSelector& ts : remote)
+		for (const IpPrefix& p : ike::selector_prefixes(ts))
+			if (std::find(offered.begin(), offered.end(), p) == offered.end())
+				offered.push_back(p);
+	std::vector<IpPrefix> want = tun_routes(*client_config_, offered);
+	const std::string name = table_peers_[peer]->name;
+	const bool everything =
+	    std::any_of(offered.begin(), offered.end(), [](const IpPrefix& p) { return p.len == 0; });
+	if (client_config_->tunnel.route_all && !everything)
+		log::warn("peer " + name +
+		          ": the gateway narrowed the traffic selectors, but route_all keeps sending "
+		          "all traffic into the tunnel; it drops what lies outside them");
+	for (const IpPrefix& p : routed_)
+		if (std::find(want.begin(), want.end(), p) == want.end()) {
+			try {
+				platform::del_route(p, tun_ifindex_);
+			} catch (const std::exception& e) {
+				log::warn("peer " + name + ": cannot remove the route to " + to_string(p) +
+				          ": " + e.what());
+			}
+		}
+	std::string added;
+	for (const IpPrefix& p : want)
+		if (std::find(routed_.begin(), routed_.end(), p) == routed_.end()) {
+			try {
+				platform::add_route(p, tun_ifindex_);
+				added += " " + to_string(p);
+			} catch (const std::exception& e) {
+				log::error("peer " + name + ": cannot route " + to_string(p) +
+				           " through the tunnel: " + e.what());
+			}
+		}
+	if (want != routed_) {
+		std::string list;
+		for (const IpPrefix& p : want)
+			list += " " + to_string(p);
+		log::info("peer " + name + ": routes through the tunnel now follow the negotiated " +
+		          "selectors:" + (list.empty() ? " (none)" : list));
+	}
+	routed_ = std::move(want);
+}
+
+std::optional<IpAddress> IkeService::lease_address(size_t peer, Family family) {
+	tunnel::Peer& p = *table_peers_[peer];
+	const std::vector<IpAddress> before = table_.address_pool().leases(p);
+	std::optional<IpAddress> a = table_.address_pool().lease(p, family);
+	if (a && std::find(before.begin(), before.end(), *a) == before.end())
+		log::info("peer " + p.name + ": leased " + to_string(*a) + " from the address pool");
+	return a;
+}
+
+void IkeService::release_addresses(size_t peer) {
+	tunnel::Peer& p = *table_peers_[peer];
+	std::string list;
+	for (const IpAddress& a : table_.address_pool().leases(p))
+		list += " " + to_string(a);
+	table_.address_pool().release(p);
+	if (!list.empty()) log::info("peer " + p.name + ": address pool lease ended:" + list);
+}
+
+void IkeService::send_keepalive(const Endpoint& to) {
+	const uint8_t ff = 0xff;
+	sockaddr_storage ss{};
+	const socklen_t slen = platform::to_sockaddr(to, natt_family_, ss);
+	if (slen == 0 ||
+	    ::sendto(natt_fd_, &ff, 1, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&ss), slen) < 0)
+		send_errors_++;
+}
+
+std::optional<Endpoint> IkeService::local_endpoint(ike::Port via, const Endpoint& to) {
+	Endpoint local;
+	local.port = via == ike::Port::ike && ike_fd_ ? ike_port_ : natt_port_;
+	if (listen_addr_) {
+		local.addr = *listen_addr_;
+		return local;
+	}
+	// The source address the kernel would pick for @to: connect a scratch
+	// UDP socket (no packet is sent) and ask it.
+	const int family = to.addr.family == Family::v6 ? AF_INET6 : AF_INET;
+	platform::UniqueFd fd(::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	if (!fd) return std::nullopt;
+	sockaddr_storage ss{};
+	const socklen_t len = platform::to_sockaddr(to, family, ss);
+	if (len == 0 || ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0)
+		return std::nullopt;
+	std::optional<Endpoint> bound = bound_endpoint(fd.get());
+	if (!bound) return std::nullopt;
+	local.addr = bound->addr;
+	return local;
+}
+
+uint32_t IkeService::allocate_spi() { return table_.allocate_spi(); }
+
+void IkeService::release_spi(uint32_t spi) { table_.release_spi(spi); }
+
+void IkeService::install_child(size_t peer, const ike::ChildKeys& keys, bool replace_out) {
+	tunnel::Peer& p = *table_peers_[peer];
+	tunnel::ChildSaKeys in{keys.spi_in,  keys.cipher, keys.enc_in,
+	                       keys.auth_in, keys.esn,    replay_windows_[peer]};
+	tunnel::ChildSaKeys out{keys.spi_out, keys.cipher, keys.enc_out, keys.auth_out, keys.esn, 0};
+	try {
+		table_.install_inbound(p, in);
+		p.set_endpoint(keys.remote);
+		if (replace_out)
+			table_.install_outbound(p, out);
+		else
+			pending_out_[keys.spi_in] = std::move(out);
+	} catch (const std::exception& e) {
+		log::error("peer " + p.name + ": cannot install the CHILD_SA: " + e.what());
+	}
+}
+
+void IkeService::switch_outbound(size_t peer, uint32_t spi_in) {
+	auto it = pending_out_.find(spi_in);
+	if (it == pending_out_.end()) return;
+	try {
+		table_.install_outbound(*table_peers_[peer], it->second);
+	} catch (const std::exception& e) {
+		log::error("peer " + table_peers_[peer]->name +
+		           ": cannot switch to the rekeyed CHILD_SA: " + e.what());
+	}
+	pending_out_.erase(it);
+}
+
+void IkeService::remove_child(size_t peer, uint32_t spi_in, uint32_t spi_out) {
+	tunnel::Peer& p = *table_peers_[peer];
+	pending_out_.erase(spi_in);
+	table_.remove_inbound(spi_in);
+	if (const tunnel::OutboundSa* out = p.outbound(); out && out->spi == spi_out)
+		table_.remove_outbound(p);
+}
+
+std::optional<ike::Clock::time_point> IkeService::last_esp_rx(size_t peer) {
+	const int64_t last_ms = table_peers_[peer]->last_rx_unix_ms.load(std::memory_order_relaxed);
+	if (last_ms == 0) return std::nullopt;
+	timespec ts{};
+	clock_gettime(CLOCK_REALTIME, &ts);
+	const int64_t now_ms = int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+	return ike::Clock::now() - std::chrono::milliseconds(std::max<int64_t>(0, now_ms - last_ms));
+}
+
+void IkeService::log(const std::string& line) { log::info(line); }
+
+void IkeService::assigned(size_t peer, std::span<const IpAddress> addresses, std::span<const IpAddress> dns) {
+	// The tun takes the virtual addresses as host addresses; the routes for
+	// the peer's allowed_ips are in place since start-up. A new IKE SA may
+	// bring other addresses: the old ones go.
+	for (const IpPrefix& old : virtual_addresses_)
+		if (std::find(addresses.begin(), addresses.end(), old.addr) == addresses.end()) {
+			try {
+				platform::del_address(tun_ifindex_, old);
+			} catch (const std::exception& e) {
+				log::warn(std::string("cannot remove the old virtual address: ") + e.what());
+			}
+		}
+	std::vector<IpPrefix> now;
+	for (const IpAddress& a : addresses) {
+		const IpPrefix p{a, uint8_t(a.max_prefix())};
+		now.push_back(p);
+		if (std::find(virtual_addresses_.begin(), virtual_addresses_.end(), p) !=
+		    virtual_addresses_.end())
+			continue;
+		try {
+			platform::add_address(tun_ifindex_, p);
+		} catch (const std::exception& e) {
+			log::error("peer " + table_peers_[peer]->name + ": cannot add the virtual address " +
+			           to_string(a) + ": " + e.what());
+		}
+	}
+	virtual_addresses_ = std::move(now);
+	// A new IKE SA without DNS servers takes back the earlier ones.
+	dns_applied_ = dns_.apply(platform::link_name(tun_ifindex_), dns);
+}
+
+void IkeService::write_status(JsonWriter& j) const {
+	const ike::IkeCounters& c = engine_->counters();
+	j.key("ike").begin_object();
+	j.field("port", unsigned(ike_port_));
+	if (!dns_applied_.empty()) j.field("dns_applied", dns_applied_);
+	j.key("counters").begin_object();
+	j.field("received", c.received);
+	j.field("sent", c.sent);
+	j.field("malformed", c.malformed);
+	j.field("unknown_sa", c.unknown_sa);
+	j.field("bad_icv", c.bad_icv);
+	j.field("auth_failed", c.auth_failed);
+	j.field("no_proposal", c.no_proposal);
+	j.field("cookies_sent", c.cookies_sent);
+	j.field("retransmits", c.retransmits);
+	j.field("half_open_dropped", c.half_open_dropped);
+	j.field("logs_suppressed", c.logs_suppressed);
+	j.field("inbox_dropped", inbox_.dropped());
+	j.field("inbox_too_big", inbox_.too_big());
+	j.field("send_errors", send_errors_);
+	j.end_object();
+	j.key("address_pool").begin_array();
+	for (const tunnel::AddressPool::Usage& u : table_.address_pool().usage()) {
+		j.begin_object();
+		j.field("prefix", to_string(u.prefix));
+		j.field("usable", uint64_t(u.usable));
+		j.field("leased", uint64_t(u.leased));
+		j.end_object();
+	}
+	j.end_array();
+	auto strings = [](JsonWriter& w, const char* key, const std::vector<std::string>& list) {
+		w.key(key).begin_array();
+		for (const std::string& v : list)
+			w.value(v);
+		w.end_array();
+	};
+	auto hex = [](uint64_t v, int digits) {
+		char buf[24];
+		std::snprintf(buf, sizeof buf, "%0*llx", digits, static_cast<unsigned long long>(v));
+		return std::string(buf);
+	};
+	j.key("sas").begin_array();
+	for (const ike::IkeSaStatus& s : engine_->status(ike::Clock::now())) {
+		j.begin_object();
+		j.field("peer", s.peer);
+		j.field("state", s.state);
+		j.field("initiator", s.initiator);
+		j.field("spi_i", hex(s.spi_i, 16));
+		j.field("spi_r", hex(s.spi_r, 16));
+		j.field("suite", s.suite);
+		j.field("remote", s.remote);
+		j.field("age_s", s.age_s);
+		j.field("child_rekeys", s.child_rekeys);
+		j.field("ike_rekeys", s.ike_rekeys);
+		j.field("behind_nat", s.behind_nat);
+		j.field("rekey_in_s", s.rekey_in_s);
+		strings(j, "virtual_ips", s.virtual_ips);
+		strings(j, "dns", s.dns);
+		j.key("children").begin_array();
+		for (const ike::ChildStatus& ch : s.children) {
+			j.begin_object();
+			j.field("spi_in", hex(ch.spi_in, 8));
+			j.field("spi_out", hex(ch.spi_out, 8));
+			j.field("cipher", ch.cipher);
+			if (!ch.pfs.empty()) j.field("pfs", ch.pfs);
+			j.field("esn", ch.esn);
+			j.field("age_s", ch.age_s);
+			j.field("sending", ch.sending);
+			j.field("rekey_in_s", ch.rekey_in_s);
+			strings(j, "local_ts", ch.local_ts);
+			strings(j, "remote_ts", ch.remote_ts);
+			j.end_object();
+		}
+		j.end_array();
+		j.end_object();
+	}
+	j.end_array();
+	j.end_object();
+}
+
+} // namespace esptun::service

@@ -1,0 +1,101 @@
+// IkeService - runs the IKEv2 engine (ike/engine.hpp) inside the
+// service's control loop: it feeds the engine what arrives on the ESP port
+// (through the workers' IkeInbox) and on the IKE port (UDP 500, its own
+// socket), ticks its timers, sends what it answers, and turns negotiated
+// CHILD_SAs into SAs in the SA table.
+#pragma once
+
+#include "conf/config.hpp"
+#include "datapath/ike_inbox.hpp"
+#include "ike/engine.hpp"
+#include "platform/unique_fd.hpp"
+#include "service/dns_config.hpp"
+#include "service/json.hpp"
+#include "tunnel/sa.hpp"
+
+#include <asio/io_context.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/steady_timer.hpp>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace esptun::service {
+
+/// The IKE policies for @config's peers that have a psk, in config order,
+/// with @hostname as local identity where none is configured.
+std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std::string& hostname);
+
+class IkeService final : public ike::Host {
+public:
+	/**
+	 * IkeService() - bind the IKE port and get ready; nothing is sent yet.
+	 * @natt_fd: the ESP port's socket (a worker's): IKE on that port is sent from it
+	 * @inbox:   where the workers put IKE messages from the ESP port
+	 * @tun_ifindex: the tun, for virtual addresses a gateway assigns us
+	 * Throws std::runtime_error when the IKE port cannot be bound.
+	 */
+	IkeService(asio::io_context& io, const conf::Config& config, tunnel::SaTable& table, int natt_fd,
+	           datapath::IkeInbox& inbox, int tun_ifindex);
+	~IkeService() override;
+
+	/// Starts receiving, the timers, and the IKE SAs this side initiates.
+	void start();
+	/// Deletes every IKE SA (a best-effort INFORMATIONAL to each peer).
+	void shutdown();
+	/// The "ike" member of the status JSON.
+	void write_status(JsonWriter& j) const;
+
+	// ike::Host
+	void send(ike::Port via, const Endpoint& to, std::span<const uint8_t> msg) override;
+	std::optional<Endpoint> local_endpoint(ike::Port via, const Endpoint& to) override;
+	uint32_t allocate_spi() override;
+	void release_spi(uint32_t spi) override;
+	void install_child(size_t peer, const ike::ChildKeys& keys, bool replace_out) override;
+	void switch_outbound(size_t peer, uint32_t spi_in) override;
+	void remove_child(size_t peer, uint32_t spi_in, uint32_t spi_out) override;
+	std::optional<ike::Clock::time_point> last_esp_rx(size_t peer) override;
+	void log(const std::string& line) override;
+	void send_keepalive(const Endpoint& to) override;
+	void peer_moved(size_t peer, const Endpoint& to) override;
+	void child_selectors(size_t peer, std::span<const ike::TrafficSelector> remote) override;
+	std::optional<IpAddress> lease_address(size_t peer, Family family) override;
+	void release_addresses(size_t peer) override;
+	void assigned(size_t peer, std::span<const IpAddress> addresses,
+	              std::span<const IpAddress> dns) override;
+
+private:
+	void wait_inbox();
+	void wait_ike_socket();
+	void arm_timer();
+
+	tunnel::SaTable& table_;
+	int natt_fd_;
+	int natt_family_ = 0;
+	uint16_t natt_port_ = 0;
+	std::optional<IpAddress> listen_addr_; ///< the listen address, when not a wildcard
+	datapath::IkeInbox& inbox_;
+	int tun_ifindex_ = 0;
+	platform::UniqueFd ike_fd_; ///< UDP ike_port; empty when ike_port = 0
+	int ike_family_ = 0;
+	uint16_t ike_port_ = 0;
+	asio::posix::stream_descriptor inbox_wait_, ike_wait_;
+	asio::steady_timer timer_;
+	std::vector<tunnel::Peer*> table_peers_; ///< by policy index
+	std::vector<uint32_t> replay_windows_;   ///< by policy index
+	/// Outbound halves of rekeyed CHILD_SAs, installed when the old one is deleted.
+	std::map<uint32_t, tunnel::ChildSaKeys> pending_out_;
+	std::unique_ptr<ike::Engine> engine_;
+	uint64_t send_errors_ = 0;
+	std::vector<IpPrefix> virtual_addresses_; ///< on the tun, from the gateway
+	/// Client: the conf, to know which prefixes get tun routes, and the routes
+	/// through the tun for the gateway's side: its allowed_ips from start-up,
+	/// the negotiated selectors once a CHILD_SA is up.
+	const conf::Config* client_config_ = nullptr;
+	std::vector<IpPrefix> routed_;
+	LinkDns dns_;             ///< the gateway's DNS servers in the resolver config, until we stop
+	std::string dns_applied_; ///< how they were set, for status
+};
+
+} // namespace esptun::service

@@ -1,0 +1,74 @@
+// One running endpoint (gateway or client): turns a validated config into a
+// tun device, routes, an underlay socket, the data-plane thread and the
+// control socket, and takes them down again in reverse order.
+#pragma once
+
+#include "base/counters.hpp"
+#include "conf/config.hpp"
+#include "platform/udp_socket.hpp"
+#include "tunnel/sa.hpp"
+
+#include <chrono>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace esptun::datapath {
+struct TunIoStats;
+} // namespace esptun::datapath
+
+namespace esptun::service {
+
+class IkeService;
+
+/// PeerParams for the SA table from the config's peers.
+std::vector<tunnel::PeerParams> peer_params(const conf::Config& config);
+
+/// Which of @prefixes get a route through the tun: not a /0 (route_all
+/// decides that), nor the subnet of a tun address (the kernel's connected
+/// route covers it).
+std::vector<IpPrefix> tun_routes(const conf::Config& config, std::span<const IpPrefix> prefixes);
+
+/// Facts about the running endpoint that the status JSON reports.
+struct ServiceInfo {
+	std::string program;
+	std::string interface;
+	unsigned mtu = 0;
+	std::string mtu_source; ///< "configured" or how it was derived
+	std::string listen;
+	std::string tun_io_mode;
+	std::string tun_io_reason;
+	unsigned direct_write_max = 0; ///< as configured (used in vhost mode only)
+	unsigned busy_poll_us = 0;     ///< in effect: as configured, 0 with one CPU
+	unsigned wake_poll_us = 0;     ///< in effect: as configured, 0 with one CPU
+	std::string tun_offloads;      ///< what the tun took: "csum tso4 ...", or why none
+	const datapath::TunIoStats* tun_io_stats = nullptr; ///< the tun port's counters, once it exists
+	std::string crypto_impl;                            ///< as configured: auto, stitched or two-pass
+	std::vector<const platform::UdpSocket*> udp;        ///< the underlay sockets, one per worker
+	unsigned workers = 0;                               ///< data-path threads
+	std::vector<const DataPathStats*> worker_stats; ///< each worker's own counters (status "per_worker")
+	std::string io_engine;                          ///< the underlay engine: "mmsg" or "uring"
+	std::string io_engine_reason;                   ///< why (auto), empty when asked for by name
+	platform::BufferSizes udp_buffers;              ///< its buffer sizes as the kernel set them
+	const class SeqState* seq_state = nullptr;      ///< the sequence number state file
+	const IkeService* ike = nullptr;                ///< IKEv2, when a peer has a psk
+	std::chrono::steady_clock::time_point started;
+};
+
+/**
+ * render_status() - the status JSON: endpoint facts, data-path counters,
+ * and per peer its endpoint and both SAs.
+ */
+std::string render_status(const ServiceInfo& info, const DataPathStats& stats, const tunnel::SaTable& table);
+
+/**
+ * run_service() - set up, forward until SIGINT/SIGTERM, tear down
+ * @config:  a validated config
+ * @program: name for logs and the status JSON
+ *
+ * Throws on set-up failure (after undoing what was already set up);
+ * returns normally after a clean shutdown.
+ */
+void run_service(const conf::Config& config, const std::string& program);
+
+} // namespace esptun::service
