@@ -44,6 +44,7 @@ import socket
 import struct
 import sys
 
+# The shared helpers in tests/lib (tests/lib/README.md: why this one line).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
 import esptun_conf as conf  # noqa: E402

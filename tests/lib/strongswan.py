@@ -45,10 +45,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import netns  # noqa: E402
-from netns import TestError  # noqa: E402
+import netns
+import ping
+from netns import TestError
 
 CHARON = "/usr/lib/ipsec/charon"
 SWANCTL = "swanctl"
@@ -571,15 +570,6 @@ INNER_A, INNER_B = "10.88.0.1", "10.88.0.2"
 PSK = "spike-preshared-key-0123456789"
 
 
-def ping(ns, dst, count=3, timeout=2):
-    """ping() - (replies received, output) from ns to dst; -1 replies when ping
-    printed no statistics (e.g. no route)."""
-    p = ns.run("ping", "-4", "-c", str(count), "-i", "0.2", "-W", str(timeout), "-q", dst,
-               timeout=count * (timeout + 1) + 5, check=False)
-    m = re.search(r"(\d+) packets transmitted, (\d+) received", p.stdout)
-    return (int(m.group(2)) if m else -1), (p.stdout + p.stderr).strip()
-
-
 def pair_config(side, **kw):
     """pair_config() - the Config of side "a" or "b" of the standard topology."""
     if side == "a":
@@ -632,8 +622,8 @@ def _selfcheck_case(rep, tmp, idx, title, cfg_a, cfg_b, initiator="A", expect_up
             for c in (ca, cb):
                 rep.check(c.established() is None, f"{c.tag}: no installed CHILD_SA in list-sas",
                           c.list_sas_text())
-            got, out = ping(a, INNER_B, count=1, timeout=1)
-            rep.check(got <= 0, f"ping A -> {INNER_B} fails", out[-200:])
+            ping.expect_no_reply(rep, f"ping A -> {INNER_B} fails",
+                                 ping.run(a, INNER_B, count=1, wait=1))
             return
         ea = ca.wait_established(10)
         eb = cb.wait_established(10)
@@ -659,8 +649,7 @@ def _selfcheck_case(rep, tmp, idx, title, cfg_a, cfg_b, initiator="A", expect_up
             obj, field = key.split(".")  # "ike.encr_alg", "child.esn"
             rep.equal(getattr(ike_a if obj == "ike" else ch_a, field), want, f"A's {key}")
         for src, dst, tag in ((a, INNER_B, "A"), (b, INNER_A, "B")):
-            got, out = ping(src, dst)
-            rep.check(got == 3, f"ping {tag} -> {dst}: 3/3 replies", out[-300:])
+            ping.expect_replies(rep, f"ping {tag} -> {dst}", ping.run(src, dst), 3)
         ch = cb.established()[1]
         rep.check(ch.bytes_in > 0 and ch.bytes_out > 0,
                   f"B's CHILD_SA counted traffic ({ch.bytes_in} bytes in, {ch.bytes_out} out)",

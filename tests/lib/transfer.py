@@ -51,3 +51,12 @@ def run(src_ns, dst_ns, dst_addr, port, nbytes, timeout, on_progress=None):
     got = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
     netns.stop_process(send, timeout=10)
     return sent, got, secs
+
+
+def check(rep, what, sent, got, nbytes, secs):
+    """check() - the transfer's check: both ends moved nbytes with equal
+    SHA-256. what: "[tag] 100 MB TCP A -> B (10.99.0.2)"; the rate is added."""
+    return rep.check(sent and got and sent.get("bytes") == nbytes and got.get("bytes") == nbytes
+                     and sent.get("sha256") == got.get("sha256"),
+                     f"{what}: SHA-256 equal on both ends ({secs:.1f} s, "
+                     f"{nbytes * 8 / secs / 1e6:.0f} Mbit/s)", f"sender {sent}, receiver {got}")

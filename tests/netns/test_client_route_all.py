@@ -37,12 +37,13 @@ import signal
 import sys
 import time
 
-LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib")
-sys.path.insert(0, LIB)
+# The shared helpers in tests/lib (tests/lib/README.md: why this one line).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
 import esptun_conf as conf  # noqa: E402
 import esptun_proc  # noqa: E402
 import netns  # noqa: E402
+import ping as ping_lib  # noqa: E402
 import report  # noqa: E402
 import transfer as transfer_lib  # noqa: E402
 from netns import TestError  # noqa: E402
@@ -161,14 +162,8 @@ def start(ctx, t, who):
 
 
 def ping(rep, tag, ns, addr, count=3):
-    v6 = ":" in addr
-    p = ns.run("ping", "-6" if v6 else "-4", "-c", str(count), "-i", "0.2", "-W", "2", "-q",
-               addr, timeout=20, check=False)
-    m = re.search(r"(\d+) packets transmitted, (\d+) received", p.stdout)
-    got = int(m.group(2)) if m else -1
-    return rep.check(p.returncode == 0 and got == count,
-                     f"[{tag}] ping C -> {addr} (S, behind G): {count}/{count} replies",
-                     (p.stdout + p.stderr).strip()[-300:])
+    return ping_lib.expect_replies(rep, f"[{tag}] ping C -> {addr} (S, behind G)",
+                                   ping_lib.run(ns, addr, count=count), count)
 
 
 def check_routes_up(rep, tag, t):

@@ -26,8 +26,8 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib")
-sys.path.insert(0, LIB)
+# The shared helpers in tests/lib (tests/lib/README.md: why this one line).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
 import netns  # noqa: E402
 import report  # noqa: E402
@@ -155,7 +155,8 @@ def body(rep, build):
     rep.section("JSON")
     with open(os.path.join(tmp, "compare.json")) as f:
         doc = json.load(f)
-    rep.check(True, "compare.json parses")
+    rep.require(isinstance(doc, dict) and isinstance(doc.get("subjects"), list),
+                "compare.json parses: an object with a \"subjects\" list", str(doc)[:300])
     subjects = {s["name"]: s for s in doc["subjects"]}
     rep.equal(sorted(subjects), sorted(SUBJECTS), "compare.json lists every subject")
     for name in SUBJECTS:

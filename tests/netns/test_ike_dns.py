@@ -52,8 +52,8 @@ import os
 import sys
 import time
 
-LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib")
-sys.path.insert(0, LIB)
+# The shared helpers in tests/lib (tests/lib/README.md: why this one line).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
 import esptun_conf as conf  # noqa: E402
 import esptun_proc  # noqa: E402
