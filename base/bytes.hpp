@@ -1,5 +1,5 @@
-// Bounds-checked big-endian loads and stores over packet memory. Every wire
-// access in tunnel/ goes through these; nothing reinterpret_casts packets.
+// Bounds-checked big-endian loads and stores over packet and message memory:
+// every wire access goes through these; nothing reinterpret_casts packets.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
-// Per-reason drop counters and per-SA traffic counters. The data path is the
-// only writer; the control plane reads them for the status JSON.
+// Counters: single-writer per-worker counters, shared atomic ones, and the
+// drop and ignore reasons every layer of the data path counts by.
 #pragma once
 
 #include <array>

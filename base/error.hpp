@@ -1,6 +1,6 @@
-// Errors of the platform layer: SystemError for set-up code (throws, with a
-// message naming the operation and the object) and IoResult for the packet
-// path (noexcept, keeps errno).
+// Errors that keep errno: SystemError for set-up code (throws, with a
+// message naming the operation and the object), IoResult and BatchResult
+// for the packet path (noexcept).
 #pragma once
 
 #include <cerrno>

@@ -1,8 +1,5 @@
-// Internals of the IKE engine (engine.hpp) shared by its three files:
-// engine.cpp (receiving, IKE_SA_INIT, IKE_AUTH, sending, status),
-// engine_rekey.cpp (INFORMATIONAL and CREATE_CHILD_SA, rekeys and deletes)
-// and engine_timers.cpp (retransmission, liveness, keepalives, teardown).
-// Not part of the interface: only those files include it.
+// Internals of the IKE engine (engine.hpp), shared by the files that
+// implement it (engine*.cpp). Not part of the interface: only they include it.
 #pragma once
 
 #include "base/bytes.hpp"

@@ -4,7 +4,7 @@
 // Every ioctl of the vhost data path lives here; the rings themselves are
 // virtio/split_queue.hpp, and datapath/vhost_tun_port.hpp drives them.
 //
-// Set-up order (what ../shared/reference/vm-spike found to work on 6.1):
+// Set-up order (the one that works on Linux 6.1, exercised by tests/vm/):
 //   tun opened IFF_TUN|IFF_NO_PI, TUNSETSNDBUF != INT_MAX
 //   -> open /dev/vhost-net, VHOST_SET_OWNER, VHOST_GET/SET_FEATURES
 //      (a tun with IFF_VNET_HDR: use_tun_vnet_hdr() sets them again)

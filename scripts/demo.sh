@@ -3,11 +3,11 @@
 # missing, build and run `esptun-bench demo`, which starts two
 # gateways in two network namespaces and pings and moves data through them.
 # Extra arguments go to the demo, e.g. scripts/demo.sh --cipher aes256-gcm.
-# Needs root (namespaces, tun devices): sudo scripts/demo.sh
+# Needs root (namespaces, tun devices).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ((EUID != 0)); then
-	echo "demo.sh: needs root (network namespaces and tun devices): run 'sudo scripts/demo.sh'" >&2
+	echo "demo.sh: needs root (network namespaces and tun devices)" >&2
 	exit 1
 fi
 scripts/setup.sh

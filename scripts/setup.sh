@@ -2,7 +2,7 @@
 # setup.sh - install the Debian packages esptun needs to build, test and run
 # its VM tests. Idempotent: when everything is present it only checks
 # (well under a second) and touches nothing. Needs root only when something
-# is missing: run it as `sudo scripts/setup.sh`.
+# is missing.
 set -euo pipefail
 
 # Build: compiler, CMake, and the libraries the tree links against.
@@ -47,7 +47,7 @@ fi
 
 echo "setup.sh: missing: ${missing[*]}"
 if ((EUID != 0)); then
-	echo "setup.sh: installing packages needs root: run 'sudo scripts/setup.sh'" >&2
+	echo "setup.sh: installing packages needs root" >&2
 	exit 1
 fi
 

@@ -111,7 +111,7 @@ run_fuzzers() {
 }
 
 if ((EUID != 0)); then
-	echo "test.sh: the netns and interop tests need root: run 'sudo scripts/test.sh'" >&2
+	echo "test.sh: the netns and interop tests need root" >&2
 fi
 
 step "setup" scripts/setup.sh || exit 1
