@@ -179,8 +179,9 @@ struct Peer {
 	/// The statically keyed pair, built with the table and never replaced.
 	/// A peer keyed at run time leaves them unused (`out` without transforms,
 	/// `in` null): use outbound() and SaTable::sa_info() instead. Kept as
-	/// plain members so code written for static keys (the sequence state
-	/// file, the crypto benchmark) reads them directly.
+	/// plain members because code written for static keys reads them
+	/// directly: the sequence state file (service/seq_state.cpp), and the
+	/// unit tests and the ESP fuzz target that check the static pair.
 	OutboundSa out;
 	std::unique_ptr<InboundSa> in;
 	std::atomic<int64_t> last_rx_unix_ms{0}; ///< wall clock of the last authenticated packet

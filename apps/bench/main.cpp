@@ -1,10 +1,11 @@
 // esptun-bench: measurements and demonstrations around esptun-gateway.
-// main() only dispatches to a subcommand; each lives in its own file.
-#include "apps/bench/compare.hpp"
-#include "apps/bench/crypto_bench.hpp"
-#include "apps/bench/demo.hpp"
-#include "apps/bench/udp_engines.hpp"
-#include "apps/bench/vhost_counts.hpp"
+// main() only dispatches: each subcommand lives in its own folder, and what
+// several of them share (child processes, the namespace pair) in lab/.
+#include "apps/bench/compare/compare.hpp"
+#include "apps/bench/crypto_bench/crypto_bench.hpp"
+#include "apps/bench/demo/demo.hpp"
+#include "apps/bench/udp_engines/udp_engines.hpp"
+#include "apps/bench/vhost_counts/vhost_counts.hpp"
 
 #include <cstdio>
 #include <string>
@@ -23,9 +24,9 @@ void usage(std::FILE* to) {
 	             "%s"
 	             "%s"
 	             "  help                  this text\n",
-	             esptun::bench::kDemoUsage, esptun::bench::kVhostCountsUsage,
-	             esptun::bench::kCryptoBenchUsage, esptun::bench::kCompareUsage,
-	             esptun::bench::kUdpEnginesUsage);
+	             esptun::bench::demo::kDemoUsage, esptun::bench::vhost_counts::kVhostCountsUsage,
+	             esptun::bench::crypto_bench::kCryptoBenchUsage, esptun::bench::compare::kCompareUsage,
+	             esptun::bench::udp_engines::kUdpEnginesUsage);
 }
 
 } // namespace
@@ -38,11 +39,11 @@ int main(int argc, char** argv) {
 	}
 	const std::string cmd = args.front();
 	args.erase(args.begin());
-	if (cmd == "demo") return esptun::bench::run_demo(args);
-	if (cmd == "crypto") return esptun::bench::run_crypto_bench(args);
-	if (cmd == "compare") return esptun::bench::run_compare(args);
-	if (cmd == "vhost-counts") return esptun::bench::run_vhost_counts(args);
-	if (cmd == "udp-engines") return esptun::bench::run_udp_engines(args);
+	if (cmd == "demo") return esptun::bench::demo::run_demo(args);
+	if (cmd == "crypto") return esptun::bench::crypto_bench::run_crypto_bench(args);
+	if (cmd == "compare") return esptun::bench::compare::run_compare(args);
+	if (cmd == "vhost-counts") return esptun::bench::vhost_counts::run_vhost_counts(args);
+	if (cmd == "udp-engines") return esptun::bench::udp_engines::run_udp_engines(args);
 	if (cmd == "help" || cmd == "-h" || cmd == "--help") {
 		usage(stdout);
 		return 0;

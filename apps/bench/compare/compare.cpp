@@ -1,0 +1,370 @@
+// `esptun-bench compare`, in the order it runs:
+//   1. options; root; iperf3 and ping present; leftovers of killed runs removed
+//   2. temp dir (0700) and the underlay: two namespaces, one veth
+//   3. each selected subject: not installed / skipped (with the reason), or
+//      started; one that fails to start is reported as failed
+//   4. the tests, each one round-robin over the running subjects (so machine
+//      noise hits them alike): TCP 1 stream (with the tunnel processes' CPU
+//      time), TCP 4 streams, UDP 1400 bytes at full rate, ping, UDP
+//      request/response
+//   5. table on the terminal; JSON, CSV and SVG files
+// Everything made in 2-3 is undone by destructors, in reverse order, on
+// success, failure and SIGINT/SIGTERM alike.
+#include "apps/bench/compare/compare.hpp"
+
+#include "apps/bench/compare/measure.hpp"
+#include "apps/bench/compare/report.hpp"
+#include "apps/bench/compare/subjects.hpp"
+#include "apps/bench/lab/cli.hpp"
+#include "apps/bench/lab/command.hpp"
+#include "apps/bench/lab/process.hpp"
+#include "apps/bench/lab/temp_dir.hpp"
+#include "base/error.hpp"
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+namespace esptun::bench::compare {
+
+using namespace lab;
+
+const char* const kCompareUsage =
+    "  compare [--quick] [--duration S] [--peers a,b,...] [--out-dir DIR]\n"
+    "          [--json FILE] [--csv FILE] [--svg FILE] [--gateway PATH]\n"
+    "                        plain veth, esptun, wireguard-go, OpenVPN (GCM, CBC) and strongSwan\n"
+    "                        between two namespaces, interleaved: iperf3 TCP 1/4 streams, UDP\n"
+    "                        1400 B, ping and UDP request/response p50/p99, tunnel CPU s/GB;\n"
+    "                        writes compare.{json,csv,svg} to DIR (default .). Peers: veth,\n"
+    "                        esptun, esptun-direct, esptun-vhost, wireguard-go, openvpn,\n"
+    "                        openvpn-gcm, openvpn-cbc, strongswan (default all), and, only\n"
+    "                        when named, esptun-direct-busypoll (busy_poll_us = 50) and\n"
+    "                        esptun-direct-nowakepoll (wake_poll_us = 0). --quick: 2 s\n"
+    "                        tests, 50 pings (default 10 s, 200 pings). Needs root.\n";
+
+namespace {
+
+constexpr uint16_t kRrPort = 7007;
+
+struct HelpRequested {};
+
+struct CompareOptions {
+	bool quick = false;
+	unsigned duration = 0; ///< 0: 10 s, or 2 s with --quick
+	std::string json, csv, svg, out_dir = ".", gateway;
+	std::vector<std::string> peers; ///< empty: all
+	std::string command;
+};
+
+CompareOptions parse_options(const std::vector<std::string>& args) {
+	CompareOptions o;
+	o.command = "esptun-bench compare";
+	for (const auto& a : args)
+		o.command += " " + a;
+	for (size_t i = 0; i < args.size(); i++) {
+		const std::string& a = args[i];
+		auto value = [&]() -> const std::string& {
+			if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
+			return args[++i];
+		};
+		if (a == "--quick") {
+			o.quick = true;
+		} else if (a == "--duration") {
+			const std::string& v = value();
+			char* end = nullptr;
+			unsigned long n = std::strtoul(v.c_str(), &end, 10);
+			if (v.empty() || *end || n < 1 || n > 600)
+				throw UsageError("--duration wants seconds from 1 to 600");
+			o.duration = static_cast<unsigned>(n);
+		} else if (a == "--json") {
+			o.json = value();
+		} else if (a == "--csv") {
+			o.csv = value();
+		} else if (a == "--svg") {
+			o.svg = value();
+		} else if (a == "--out-dir") {
+			o.out_dir = value();
+		} else if (a == "--gateway") {
+			o.gateway = value();
+		} else if (a == "--peers") {
+			std::istringstream in(value());
+			for (std::string p; std::getline(in, p, ',');)
+				if (!p.empty()) o.peers.push_back(p);
+		} else if (a == "-h" || a == "--help") {
+			throw HelpRequested{};
+		} else {
+			throw UsageError("unknown option " + a);
+		}
+	}
+	if (o.duration == 0) o.duration = o.quick ? 2 : 10;
+	return o;
+}
+
+/// self_dir() - the folder of /proc/self/exe (esptun-gateway is built beside it)
+std::string self_dir() {
+	std::error_code ec;
+	auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+	if (ec) throw std::runtime_error("cannot read /proc/self/exe: " + ec.message());
+	return self.parent_path().string();
+}
+
+std::string utc_now() {
+	std::time_t t = std::time(nullptr);
+	std::tm tm{};
+	gmtime_r(&t, &tm);
+	char buf[32];
+	std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return buf;
+}
+
+std::string host_text() {
+	utsname u{};
+	uname(&u);
+	return std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cores, kernel " + u.release;
+}
+
+/// write_text() - replace @path with @text; throws on failure
+void write_text(const std::string& path, const std::string& text) {
+	std::FILE* f = std::fopen(path.c_str(), "w");
+	if (!f) throw_errno("create " + path);
+	bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+	ok = std::fclose(f) == 0 && ok;
+	if (!ok) throw_errno("write " + path);
+}
+
+/// A started subject and its row of results.
+struct Live {
+	Subject* subject;
+	Row* row;
+};
+
+/**
+ * round_robin() - run test @label once on every live subject, in order
+ *
+ * A test that fails is tried once more (a flood on two shared cores can
+ * cost iperf3 its control connection); a second failure is recorded on
+ * that subject's row and the other subjects go on.
+ */
+void round_robin(std::vector<Live>& live, const std::string& label,
+                 const std::function<std::string(Live&)>& fn) {
+	std::printf("  %-9s", (label + ":").c_str());
+	std::fflush(stdout);
+	for (auto& l : live) {
+		std::string shown;
+		for (int attempt = 1; attempt <= 2 && shown.empty(); attempt++) {
+			throw_if_stopped();
+			try {
+				l.subject->check_alive();
+				shown = fn(l);
+			} catch (const Interrupted&) {
+				throw;
+			} catch (const std::exception& e) {
+				if (attempt == 1) {
+					std::printf(" (%s: retrying after: %s)", l.subject->name().c_str(),
+					            std::string(e.what()).substr(0, 120).c_str());
+					continue;
+				}
+				l.row->errors.push_back(label + ": " + e.what());
+				shown = "FAILED";
+			}
+		}
+		std::printf(" %s %s;", l.subject->name().c_str(), shown.c_str());
+		std::fflush(stdout);
+	}
+	std::printf("\n");
+}
+
+std::string two(double v, const char* unit) {
+	char buf[48];
+	std::snprintf(buf, sizeof buf, "%.2f%s", v, unit);
+	return buf;
+}
+
+int run(const CompareOptions& opt) {
+	if (int n = remove_stale_leftovers(kPrefix))
+		std::printf("removed %d leftover(s) of an earlier compare run that was killed\n", n);
+	for (const char* tool : {"iperf3", "ping", "ip"})
+		if (find_program(tool).empty())
+			throw std::runtime_error(std::string(tool) +
+			                         " not found in PATH (run scripts/setup.sh)");
+
+	Report rep;
+	rep.started = utc_now();
+	rep.command = opt.command;
+	rep.host = host_text();
+	rep.quick = opt.quick;
+	rep.duration_s = opt.duration;
+	rep.pings = opt.quick ? 50 : 200;
+	rep.rr_requests = opt.quick ? 300 : 2000;
+
+	std::vector<std::unique_ptr<Subject>> subjects = make_subjects();
+	std::set<std::string> known;
+	for (const auto& s : subjects) {
+		known.insert(s->name());
+		known.insert(s->family());
+	}
+	for (const auto& p : opt.peers)
+		if (!known.count(p)) throw UsageError("unknown peer \"" + p + "\" in --peers");
+	auto selected = [&](const Subject& s) {
+		if (opt.peers.empty()) return s.in_default_set();
+		for (const auto& p : opt.peers)
+			if (p == s.name() || p == s.family()) return true;
+		return false;
+	};
+	const std::string run_id = std::to_string(getpid());
+	TempDir tmp("/tmp/" + std::string(kPrefix) + run_id + "-");
+	std::printf("esptun-bench compare%s: %u s per iperf3 test, %u pings, %u UDP requests; %s\n",
+	            opt.quick ? " --quick" : "", rep.duration_s, rep.pings, rep.rr_requests,
+	            rep.host.c_str());
+	NetnsPair topo(underlay_layout(run_id));
+	std::printf("  underlay  %s (%s) <-veth-> %s (%s)\n", topo.a().c_str(), kUnderA, topo.b().c_str(),
+	            kUnderB);
+	SubjectEnv env{&topo, run_id, tmp.path(),
+	               opt.gateway.empty() ? self_dir() + "/esptun-gateway" : opt.gateway};
+
+	// Declared after the NetnsPair: subjects stop their processes before the
+	// namespaces are deleted.
+	std::vector<std::unique_ptr<Subject>> chosen;
+	for (auto& s : subjects)
+		if (selected(*s)) chosen.push_back(std::move(s));
+	rep.rows.resize(chosen.size());
+
+	std::vector<Live> live;
+	for (size_t i = 0; i < chosen.size(); i++) {
+		Subject& s = *chosen[i];
+		Row& row = rep.rows[i];
+		row.name = s.name();
+		row.detail = s.detail();
+		Availability av = s.availability(env);
+		if (av.state != Availability::State::ok) {
+			row.status = av.state == Availability::State::skipped ? "skipped" : "not installed";
+			row.reason = av.reason;
+			std::printf("  %-14s %s: %s\n", s.name().c_str(), row.status.c_str(),
+			            av.reason.c_str());
+			continue;
+		}
+		auto t0 = Clock::now();
+		try {
+			s.start(env);
+			live.push_back({&s, &row});
+			std::printf("  %-14s up after %.2f s (%s)\n", s.name().c_str(),
+			            std::chrono::duration<double>(Clock::now() - t0).count(),
+			            s.detail().c_str());
+		} catch (const Interrupted&) {
+			throw;
+		} catch (const std::exception& e) {
+			row.status = "failed";
+			row.reason = e.what();
+			std::printf("  %-14s FAILED to start: %s\n", s.name().c_str(), e.what());
+			s.stop_processes();
+		}
+	}
+
+	std::printf("measuring (each test round-robin over %zu subjects)\n", live.size());
+	round_robin(live, "tcp-1", [&](Live& l) {
+		std::vector<pid_t> pids =
+		    l.subject->has_tunnel() ? l.subject->tunnel_pids() : std::vector<pid_t>{};
+		double cpu0 = cpu_seconds(pids);
+		IperfResult r = run_iperf(topo.b(), topo.a(), l.subject->dst(), IperfTest::tcp1, opt.duration,
+		                          tmp.path());
+		double cpu1 = cpu_seconds(pids);
+		l.row->tcp1_gbps = r.gbps;
+		if (l.subject->has_tunnel() && r.bytes > 0)
+			l.row->cpu_s_per_gb = (cpu1 - cpu0) / (static_cast<double>(r.bytes) / 1e9);
+		return two(r.gbps, "");
+	});
+	round_robin(live, "tcp-4", [&](Live& l) {
+		IperfResult r = run_iperf(topo.b(), topo.a(), l.subject->dst(), IperfTest::tcp4, opt.duration,
+		                          tmp.path());
+		l.row->tcp4_gbps = r.gbps;
+		return two(r.gbps, "");
+	});
+	round_robin(live, "udp-1400", [&](Live& l) {
+		IperfResult r = run_iperf(topo.b(), topo.a(), l.subject->dst(), IperfTest::udp1400,
+		                          opt.duration, tmp.path());
+		l.row->udp_gbps = r.gbps;
+		l.row->udp_loss_pct = r.loss_pct;
+		return two(r.gbps, "") + " (" + std::to_string(static_cast<int>(r.loss_pct + 0.5)) + "%)";
+	});
+	round_robin(live, "ping", [&](Live& l) {
+		LatencyStats s = run_ping(topo.a(), l.subject->dst(), rep.pings, tmp.path());
+		l.row->ping_sent = s.sent;
+		l.row->ping_received = s.received;
+		if (s.received == 0) throw std::runtime_error("no ping reply");
+		l.row->ping_p50_ms = s.p50;
+		l.row->ping_p99_ms = s.p99;
+		return two(s.p50, "") + "/" + two(s.p99, "ms");
+	});
+	round_robin(live, "udp-rr", [&](Live& l) {
+		LatencyStats s = run_udp_rr(topo.b(), topo.a(), l.subject->dst(), kRrPort, rep.rr_requests);
+		l.row->rr_sent = s.sent;
+		l.row->rr_received = s.received;
+		if (s.received == 0) throw std::runtime_error("no UDP reply");
+		l.row->rr_p50_ms = s.p50;
+		l.row->rr_p99_ms = s.p99;
+		return two(s.p50, "") + "/" + two(s.p99, "ms");
+	});
+
+	std::printf("\n%s", table_text(rep).c_str());
+	std::filesystem::create_directories(opt.out_dir);
+	const std::string json = opt.json.empty() ? opt.out_dir + "/compare.json" : opt.json;
+	const std::string csv = opt.csv.empty() ? opt.out_dir + "/compare.csv" : opt.csv;
+	const std::string svg = opt.svg.empty() ? opt.out_dir + "/compare.svg" : opt.svg;
+	write_text(json, json_text(rep));
+	write_text(csv, csv_text(rep));
+	write_text(svg, svg_text(rep));
+	std::printf("\nwrote %s, %s, %s\n", json.c_str(), csv.c_str(), svg.c_str());
+
+	bool ok = true;
+	for (const auto& row : rep.rows)
+		if (row.status == "failed" || !row.errors.empty()) ok = false;
+	std::printf("stopping tunnels; removing namespaces and temp files\n");
+	return ok ? 0 : 1;
+}
+
+} // namespace
+
+int run_compare(const std::vector<std::string>& args) {
+	CompareOptions opt;
+	try {
+		opt = parse_options(args);
+	} catch (const UsageError& e) {
+		std::fprintf(stderr, "esptun-bench compare: %s\nusage:\n%s", e.what(), kCompareUsage);
+		return 2;
+	} catch (const HelpRequested&) {
+		std::printf("usage: esptun-bench\n%s", kCompareUsage);
+		return 0;
+	}
+	if (geteuid() != 0) {
+		std::fprintf(stderr,
+		             "esptun-bench compare: needs root (network namespaces, tun devices); run: sudo "
+		             "build/esptun-bench compare\n");
+		return 1;
+	}
+	install_stop_handlers();
+	try {
+		return run(opt);
+	} catch (const UsageError& e) {
+		std::fprintf(stderr, "esptun-bench compare: %s\nusage:\n%s", e.what(), kCompareUsage);
+		return 2;
+	} catch (const Interrupted&) {
+		std::fprintf(stderr,
+		             "\nesptun-bench compare: interrupted; tunnels stopped, namespaces and temp "
+		             "files removed\n");
+		return 130;
+	} catch (const std::exception& e) {
+		std::fprintf(
+		    stderr,
+		    "esptun-bench compare: %s\n(tunnels stopped, namespaces and temp files removed)\n",
+		    e.what());
+		return 1;
+	}
+}
+
+} // namespace esptun::bench::compare

@@ -1,0 +1,58 @@
+// One esptun-gateway process run by the demo inside its namespace: start,
+// readiness via `esptun-gateway status`, status JSON, clean stop.
+#pragma once
+
+#include "apps/bench/lab/json_reader.hpp"
+#include "apps/bench/lab/process.hpp"
+
+#include <optional>
+#include <string>
+
+namespace esptun::bench::demo {
+
+class GatewayProcess {
+public:
+	/**
+	 * GatewayProcess() - start `@binary run -c @config` inside @netns
+	 * @label: short name for messages ("A", "B")
+	 * @log:   file for the gateway's stdout and stderr
+	 */
+	GatewayProcess(std::string label, std::string netns, std::string binary, std::string config,
+	               std::string log);
+
+	/**
+	 * status() - run `@binary status -c @config` and parse its JSON
+	 * Return: the status, or nullopt when the command failed (not running yet)
+	 */
+	std::optional<lab::JsonValue> status(lab::Millis timeout = lab::Millis(3000)) const;
+
+	/**
+	 * check_alive() - throw std::runtime_error, with the end of the gateway's
+	 * log, when the process has exited
+	 */
+	void check_alive();
+
+	/**
+	 * stop() - SIGTERM and wait; the gateway removes its tun and routes
+	 * Return: empty when it exited with status 0, else what went wrong
+	 */
+	std::string stop();
+
+	/// log_tail() - the last @lines lines of the gateway's log
+	std::string log_tail(size_t lines = 15) const;
+	/// status_error() - what the last failed `status` command printed on stderr
+	std::string status_error() const;
+	const std::string& label() const noexcept { return label_; }
+
+private:
+	std::string label_, netns_, binary_, config_, log_;
+	lab::Child child_;
+};
+
+/**
+ * wait_until_ready() - poll both gateways' status until each answers
+ * @timeout: give up then (throws, with the gateways' logs)
+ */
+void wait_until_ready(GatewayProcess& a, GatewayProcess& b, lab::Millis timeout);
+
+} // namespace esptun::bench::demo

@@ -1,0 +1,27 @@
+// `esptun-bench udp-engines`: the underlay engines (platform/udp_engine.hpp)
+// against each other on this kernel. A sender thread pushes ESP-sized
+// datagrams in batches through one engine over loopback to a receiver
+// thread using the same engine, for a fixed time; the engines take turns,
+// round after round, so drift in the machine's load hits them alike. Per
+// engine: datagrams per second delivered, thread CPU time per datagram on
+// each side (getrusage(RUSAGE_THREAD)), and system calls per datagram on
+// each side (the engine's own count plus the bench's poll() waits); medians
+// over the rounds. docs/udp-engines.md has a run and what `auto` picks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace esptun::bench::udp_engines {
+
+/// Usage lines of the udp-engines command (for the top-level usage text).
+extern const char* const kUdpEnginesUsage;
+
+/**
+ * run_udp_engines() - the udp-engines command
+ * @args: the arguments after "udp-engines"
+ * Return: exit status: 0 measured, 1 failed (set-up, nothing received), 2 usage
+ */
+int run_udp_engines(const std::vector<std::string>& args);
+
+} // namespace esptun::bench::udp_engines

@@ -1,0 +1,402 @@
+// `esptun-bench vhost-counts`: per-packet tun-side cost of a phase, from the
+// gateways' exact counters. See vhost_counts.hpp for the three steps.
+#include "apps/bench/vhost_counts/vhost_counts.hpp"
+
+#include "apps/bench/lab/cli.hpp"
+#include "service/control.hpp"
+#include "service/json.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace esptun::bench::vhost_counts {
+
+using namespace lab;
+
+const char* const kVhostCountsUsage =
+    "  vhost-counts snapshot SOCKET...\n"
+    "                        the status of running gateways (their control sockets) as one\n"
+    "                        JSON array on stdout\n"
+    "  vhost-counts row --phase NAME [--accel A --ping-log FILE | --bytes N --elapsed-ms MS]\n"
+    "                        BEFORE AFTER\n"
+    "                        one JSON line: the tun-side counter deltas between two snapshot\n"
+    "                        files, summed over the gateways, with their tun_io mode; with\n"
+    "                        --accel also the phase's ping RTT p50/p99 (from ping's output)\n"
+    "                        or its throughput\n"
+    "  vhost-counts table [--json] [--check] ROWS\n"
+    "                        per-packet system calls, kicks and wake-ups of each row; --check\n"
+    "                        exits 1 when a vhost row misses issue 3's goals (phases named\n"
+    "                        one-in-flight and bulk)\n";
+
+namespace {
+
+/// Goals from issue 3.
+constexpr double kMinDirectShare = 0.95; // one in flight: share of direct writes
+constexpr double kMaxBulkKicksPerPacket = 1.0 / 32;
+constexpr double kMaxBulkSyscallsPerPacket = 0.1;
+
+uint64_t u64_at(const JsonValue& v, std::initializer_list<std::string_view> path) {
+	const JsonValue* n = v.at(path);
+	if (!n || n->kind != JsonValue::Kind::number)
+		throw std::runtime_error("status has no number at " + std::string(*path.begin()) + "." +
+		                         std::string(*(path.end() - 1)) +
+		                         " (a gateway built before the tun_syscalls counters?)");
+	return n->as_u64();
+}
+
+std::string mode_of(const JsonValue& status) {
+	std::string mode =
+	    status.at({"tun_io", "mode"}) ? status.at({"tun_io", "mode"})->as_string("?") : "?";
+	if (mode == "vhost") mode += " dwm=" + std::to_string(u64_at(status, {"tun_io", "direct_write_max"}));
+	return mode;
+}
+
+/// add_delta() - @row += the counters of @after - @before (one gateway)
+void add_delta(PhaseCounts& row, const JsonValue& before, const JsonValue& after) {
+	auto d = [&](std::initializer_list<std::string_view> path) {
+		const uint64_t a = u64_at(after, path), b = u64_at(before, path);
+		if (a < b) throw std::runtime_error("a counter went backwards: was the gateway restarted?");
+		return a - b;
+	};
+	row.to_tun += d({"counters", "tun_tx_packets"});
+	row.from_tun += d({"counters", "tun_rx_packets"});
+	row.tx_ring += d({"tun_io", "tx_ring_packets"});
+	row.rx_ring += d({"tun_io", "rx_ring_packets"});
+	row.direct_writes += d({"tun_io", "direct_writes"});
+	row.ring_full += d({"tun_io", "ring_full"});
+	row.rx_kicks += d({"tun_io", "rx_kicks"});
+	row.tx_kicks += d({"tun_io", "tx_kicks"});
+	row.tun_reads += d({"tun_io", "tun_syscalls", "read"});
+	row.tun_writes += d({"tun_io", "tun_syscalls", "write"});
+	row.polls += d({"tun_io", "polls"});
+	row.poll_waits += d({"tun_io", "poll_waits"});
+}
+
+double ratio(uint64_t n, uint64_t d) noexcept { return d ? double(n) / double(d) : 0; }
+
+std::string fmt(const char* f, double v) {
+	char buf[32];
+	std::snprintf(buf, sizeof buf, f, v);
+	return buf;
+}
+
+/// The raw fields of a row, in JSON and in this order.
+void write_raw(service::JsonWriter& j, const PhaseCounts& r) {
+	j.field("mode", r.mode).field("phase", r.phase);
+	j.field("to_tun", r.to_tun).field("from_tun", r.from_tun);
+	j.field("tx_ring", r.tx_ring).field("direct_writes", r.direct_writes);
+	j.field("rx_ring", r.rx_ring).field("ring_full", r.ring_full);
+	j.field("tun_reads", r.tun_reads).field("tun_writes", r.tun_writes);
+	j.field("rx_kicks", r.rx_kicks).field("tx_kicks", r.tx_kicks);
+	j.field("polls", r.polls).field("poll_waits", r.poll_waits);
+	if (!r.accel.empty()) {
+		j.field("accel", r.accel);
+		j.field("rtt_p50_ms", r.rtt_p50_ms)
+		    .field("rtt_p99_ms", r.rtt_p99_ms)
+		    .field("mbit_s", r.mbit_s);
+	}
+}
+
+double number_at(const JsonValue& v, std::string_view key) {
+	const JsonValue* n = v.get(key);
+	if (!n || n->kind != JsonValue::Kind::number)
+		throw std::runtime_error("row has no number " + std::string(key));
+	return n->number;
+}
+
+PhaseCounts read_raw(const JsonValue& v) {
+	PhaseCounts r;
+	r.mode = v.get("mode") ? v.get("mode")->as_string() : "";
+	r.phase = v.get("phase") ? v.get("phase")->as_string() : "";
+	auto n = [&](std::string_view k) { return u64_at(v, {k}); };
+	r.to_tun = n("to_tun"), r.from_tun = n("from_tun");
+	r.tx_ring = n("tx_ring"), r.direct_writes = n("direct_writes");
+	r.rx_ring = n("rx_ring"), r.ring_full = n("ring_full");
+	r.tun_reads = n("tun_reads"), r.tun_writes = n("tun_writes");
+	r.rx_kicks = n("rx_kicks"), r.tx_kicks = n("tx_kicks");
+	r.polls = n("polls"), r.poll_waits = n("poll_waits");
+	if (const JsonValue* a = v.get("accel")) {
+		r.accel = a->as_string();
+		r.rtt_p50_ms = number_at(v, "rtt_p50_ms"), r.rtt_p99_ms = number_at(v, "rtt_p99_ms");
+		r.mbit_s = number_at(v, "mbit_s");
+	}
+	return r;
+}
+
+JsonValue read_json_file(const std::string& path) {
+	std::ifstream in(path);
+	if (!in) throw std::runtime_error("cannot read " + path);
+	std::stringstream ss;
+	ss << in.rdbuf();
+	return parse_json(ss.str());
+}
+
+int cmd_snapshot(const std::vector<std::string>& socks) {
+	if (socks.empty()) throw UsageError("snapshot needs at least one control socket");
+	std::string out = "[";
+	for (size_t i = 0; i < socks.size(); i++) {
+		std::string s = service::query_control(socks[i]);
+		(void)parse_json(s); // refuse to record anything but JSON
+		while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
+			s.pop_back();
+		out += (i ? "," : "") + s;
+	}
+	std::printf("%s]\n", out.c_str());
+	return 0;
+}
+
+/// A positive number from the command line, or a UsageError naming @what.
+double positive_arg(const std::string& s, const char* what) {
+	char* end = nullptr;
+	const double v = std::strtod(s.c_str(), &end);
+	if (end == s.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0)
+		throw UsageError(std::string(what) + " wants a positive number, not \"" + s + "\"");
+	return v;
+}
+
+int cmd_row(const std::vector<std::string>& args) {
+	std::string phase, accel, ping_log;
+	double bytes = 0, elapsed_ms = 0;
+	std::vector<std::string> files;
+	for (size_t i = 0; i < args.size(); i++) {
+		const bool has_value = i + 1 < args.size();
+		if (args[i] == "--phase" && has_value)
+			phase = args[++i];
+		else if (args[i] == "--accel" && has_value)
+			accel = args[++i];
+		else if (args[i] == "--ping-log" && has_value)
+			ping_log = args[++i];
+		else if (args[i] == "--bytes" && has_value)
+			bytes = positive_arg(args[++i], "--bytes");
+		else if (args[i] == "--elapsed-ms" && has_value)
+			elapsed_ms = positive_arg(args[++i], "--elapsed-ms");
+		else if (args[i].rfind("--", 0) == 0)
+			throw UsageError("unknown or incomplete option " + args[i]);
+		else
+			files.push_back(args[i]);
+	}
+	if (phase.empty() || files.size() != 2) throw UsageError("row wants --phase NAME BEFORE AFTER");
+	const bool timed = !ping_log.empty() || bytes > 0 || elapsed_ms > 0;
+	if (timed && accel.empty()) throw UsageError("timed figures need --accel (tcg, kvm, ...)");
+	if ((bytes > 0) != (elapsed_ms > 0)) throw UsageError("--bytes and --elapsed-ms go together");
+	PhaseCounts r = phase_counts(read_json_file(files[0]), read_json_file(files[1]), phase);
+	r.accel = accel;
+	if (!ping_log.empty()) {
+		std::ifstream in(ping_log);
+		if (!in) throw std::runtime_error("cannot read " + ping_log);
+		std::stringstream ss;
+		ss << in.rdbuf();
+		const std::vector<double> rtts = ping_rtts_ms(ss.str());
+		if (rtts.empty()) throw std::runtime_error(ping_log + " has no ping round trips");
+		r.rtt_p50_ms = percentile(rtts, 50), r.rtt_p99_ms = percentile(rtts, 99);
+	}
+	if (bytes > 0) r.mbit_s = bytes * 8 / (elapsed_ms * 1000);
+	service::JsonWriter j;
+	j.begin_object();
+	write_raw(j, r);
+	j.end_object();
+	std::printf("%s\n", j.str().c_str());
+	return 0;
+}
+
+/// The timed figures of the rows that have them, after the counts table.
+void print_timed(const std::vector<PhaseCounts>& rows) {
+	bool any = false, emulated = false;
+	for (const PhaseCounts& r : rows) {
+		any = any || !r.accel.empty();
+		emulated = emulated || r.accel == "tcg";
+	}
+	if (!any) return;
+	std::printf("\n%-12s %-13s %-6s %12s %12s %10s\n", "mode", "phase", "accel", "RTT p50 ms",
+	            "RTT p99 ms", "Mbit/s");
+	for (const PhaseCounts& r : rows) {
+		if (r.accel.empty()) continue;
+		auto cell = [](double v, const char* f) { return v > 0 ? fmt(f, v) : std::string("-"); };
+		std::printf("%-12s %-13s %-6s %12s %12s %10s\n", r.mode.c_str(), r.phase.c_str(),
+		            r.accel.c_str(), cell(r.rtt_p50_ms, "%.3f").c_str(),
+		            cell(r.rtt_p99_ms, "%.3f").c_str(), cell(r.mbit_s, "%.1f").c_str());
+	}
+	if (emulated)
+		std::printf("NOTE: accel tcg = an emulated CPU: these times are not performance figures\n");
+}
+
+void print_table(const std::vector<PhaseCounts>& rows) {
+	std::printf("%-12s %-13s %6s %6s %7s %9s %9s %9s %8s %8s %8s\n", "mode", "phase", "to-tun", "direct",
+	            "from-tun", "sys/pkt", "sys/pkt", "sys/pkt", "kicks", "pkts", "wakeups");
+	std::printf("%-12s %-13s %6s %6s %7s %9s %9s %9s %8s %8s %8s\n", "", "", "pkts", "share", "pkts",
+	            "to-tun", "from-tun", "all", "/pkt", "/kick", "/pkt");
+	for (const PhaseCounts& r : rows) {
+		const std::string per_kick =
+		    r.kicks() ? fmt("%.1f", ratio(r.packets(), r.kicks())) : std::string("-");
+		std::printf(
+		    "%-12s %-13s %6llu %5.1f%% %7llu %9.3f %9.3f %9.3f %8.4f %8s %8.3f\n", r.mode.c_str(),
+		    r.phase.c_str(), static_cast<unsigned long long>(r.to_tun),
+		    100 * ratio(r.direct_writes, r.to_tun), static_cast<unsigned long long>(r.from_tun),
+		    ratio(r.to_tun_syscalls(), r.to_tun), ratio(r.from_tun_syscalls(), r.from_tun),
+		    ratio(r.to_tun_syscalls() + r.from_tun_syscalls(), r.packets()),
+		    ratio(r.kicks(), r.packets()), per_kick.c_str(), ratio(r.poll_waits, r.packets()));
+	}
+	print_timed(rows);
+}
+
+void print_json(const std::vector<PhaseCounts>& rows) {
+	service::JsonWriter j;
+	j.begin_object().key("rows").begin_array();
+	for (const PhaseCounts& r : rows) {
+		j.begin_object();
+		write_raw(j, r);
+		j.key("per_packet").begin_object();
+		j.field("direct_share", ratio(r.direct_writes, r.to_tun));
+		j.field("syscalls_to_tun", ratio(r.to_tun_syscalls(), r.to_tun));
+		j.field("syscalls_from_tun", ratio(r.from_tun_syscalls(), r.from_tun));
+		j.field("syscalls", ratio(r.to_tun_syscalls() + r.from_tun_syscalls(), r.packets()));
+		j.field("kicks", ratio(r.kicks(), r.packets()));
+		j.field("wakeups", ratio(r.poll_waits, r.packets()));
+		j.field("polls", ratio(r.polls, r.packets()));
+		j.end_object();
+		j.key("goals").begin_array();
+		for (const Goal& g : goals_for(r))
+			j.begin_object()
+			    .field("goal", g.what)
+			    .field("met", g.met)
+			    .field("measured", g.measured)
+			    .end_object();
+		j.end_array();
+		j.end_object();
+	}
+	j.end_array().end_object();
+	std::printf("%s\n", j.str().c_str());
+}
+
+int cmd_table(const std::vector<std::string>& args) {
+	bool json = false, check = false;
+	std::string file;
+	for (const std::string& a : args) {
+		if (a == "--json")
+			json = true;
+		else if (a == "--check")
+			check = true;
+		else if (file.empty() && a.rfind("--", 0) != 0)
+			file = a;
+		else
+			throw UsageError("unknown argument " + a);
+	}
+	if (file.empty()) throw UsageError("table wants a ROWS file (lines written by `row`)");
+	std::ifstream in(file);
+	if (!in) throw std::runtime_error("cannot read " + file);
+	std::vector<PhaseCounts> rows;
+	for (std::string line; std::getline(in, line);)
+		if (line.find_first_not_of(" \t\r") != std::string::npos)
+			rows.push_back(read_raw(parse_json(line)));
+	if (json)
+		print_json(rows);
+	else
+		print_table(rows);
+	bool all_met = true;
+	for (const PhaseCounts& r : rows)
+		for (const Goal& g : goals_for(r)) {
+			all_met = all_met && g.met;
+			if (!json)
+				std::printf("GOAL %s: %s (%s)\n", g.met ? "met" : "MISSED", g.what.c_str(),
+				            g.measured.c_str());
+		}
+	return check && !all_met ? 1 : 0;
+}
+
+} // namespace
+
+PhaseCounts phase_counts(const JsonValue& before, const JsonValue& after, const std::string& phase) {
+	if (before.kind != JsonValue::Kind::array || after.kind != JsonValue::Kind::array ||
+	    before.items.size() != after.items.size() || before.items.empty())
+		throw std::runtime_error("the snapshots must be arrays of the same gateways' status");
+	PhaseCounts row;
+	row.phase = phase;
+	for (size_t i = 0; i < after.items.size(); i++) {
+		const std::string m = mode_of(after.items[i]);
+		if (mode_of(before.items[i]) != m)
+			throw std::runtime_error("a gateway changed its tun_io mode");
+		if (i == 0)
+			row.mode = m;
+		else if (row.mode != m)
+			row.mode += "/" + m;
+		add_delta(row, before.items[i], after.items[i]);
+	}
+	return row;
+}
+
+std::vector<Goal> goals_for(const PhaseCounts& r) {
+	std::vector<Goal> goals;
+	if (r.mode.rfind("vhost", 0) != 0) return goals;
+	const std::string name = r.mode + " " + r.phase + ": ";
+	if (r.phase == "one-in-flight" && r.mode != "vhost dwm=0") {
+		const double share = ratio(r.direct_writes, r.to_tun);
+		goals.push_back({name + "direct writes >= 95% of to-tun packets",
+		                 r.to_tun > 0 && share >= kMinDirectShare,
+		                 fmt("%.1f%%", 100 * share) + " of " + std::to_string(r.to_tun)});
+		goals.push_back(
+		    {name + "no TX kick", r.tx_kicks == 0, std::to_string(r.tx_kicks) + " TX kicks"});
+	}
+	if (r.phase == "bulk") {
+		const double kicks = ratio(r.kicks(), r.packets());
+		goals.push_back(
+		    {name + "kicks/packet <= 1/32", r.packets() > 0 && kicks <= kMaxBulkKicksPerPacket,
+		     std::to_string(r.kicks()) + " kicks / " + std::to_string(r.packets()) + " packets = 1/" +
+		         (r.kicks() ? fmt("%.1f", 1 / kicks) : std::string("inf"))});
+		const double sys = ratio(r.to_tun_syscalls() + r.from_tun_syscalls(), r.packets());
+		goals.push_back({name + "tun-side system calls/packet <= 0.1",
+		                 r.packets() > 0 && sys <= kMaxBulkSyscallsPerPacket, fmt("%.3f", sys)});
+	}
+	return goals;
+}
+
+std::vector<double> ping_rtts_ms(std::string_view text) {
+	std::vector<double> out;
+	constexpr std::string_view kKey = " time=";
+	for (size_t at = text.find(kKey); at != std::string_view::npos; at = text.find(kKey, at + 1)) {
+		// Only "time=N ms" of a reply line; the summary line says "time 9003ms".
+		const std::string num(text.substr(at + kKey.size(), 24));
+		char* end = nullptr;
+		const double v = std::strtod(num.c_str(), &end);
+		if (end != num.c_str() && std::string_view(end).rfind(" ms", 0) == 0 && std::isfinite(v) &&
+		    v >= 0)
+			out.push_back(v);
+	}
+	return out;
+}
+
+double percentile(std::vector<double> v, double p) {
+	if (v.empty()) return 0;
+	std::sort(v.begin(), v.end());
+	// Nearest rank: the smallest value with at least p% of the values <= it.
+	const auto rank = size_t(std::ceil(p / 100 * double(v.size())));
+	return v[std::clamp(rank, size_t(1), v.size()) - 1];
+}
+
+int run_vhost_counts(const std::vector<std::string>& args) {
+	try {
+		if (args.empty()) throw UsageError("which step? snapshot, row or table");
+		const std::vector<std::string> rest(args.begin() + 1, args.end());
+		if (args[0] == "snapshot") return cmd_snapshot(rest);
+		if (args[0] == "row") return cmd_row(rest);
+		if (args[0] == "table") return cmd_table(rest);
+		if (args[0] == "-h" || args[0] == "--help") {
+			std::printf("usage: esptun-bench\n%s", kVhostCountsUsage);
+			return 0;
+		}
+		throw UsageError("unknown step " + args[0]);
+	} catch (const UsageError& e) {
+		std::fprintf(stderr, "esptun-bench vhost-counts: %s\nusage:\n%s", e.what(),
+		             kVhostCountsUsage);
+		return 2;
+	} catch (const std::exception& e) {
+		std::fprintf(stderr, "esptun-bench vhost-counts: %s\n", e.what());
+		return 1;
+	}
+}
+
+} // namespace esptun::bench::vhost_counts

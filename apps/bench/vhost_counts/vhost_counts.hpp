@@ -1,0 +1,90 @@
+// `esptun-bench vhost-counts`: what the tun side of two running gateways cost
+// per packet during a phase (one ping in flight, bulk TCP), from the exact
+// counters in their status JSON ("tun_io"). Counts, not times: under qemu TCG
+// seconds mean nothing, system calls, kicks and wake-ups do.
+//
+// Three steps, so the phases can be driven by anything (a shell script in the
+// VM, a person at a prompt):
+//   snapshot SOCKET...        both gateways' status, as one JSON array
+//   row --phase NAME A B      the counter deltas between snapshots A and B
+//   table [--json] [--check]  the per-packet table of the rows; --check
+//                             holds the rows to issue 3's goals
+#pragma once
+
+#include "apps/bench/lab/json_reader.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace esptun::bench::vhost_counts {
+
+/// Usage lines of the vhost-counts command (for the top-level usage text).
+extern const char* const kVhostCountsUsage;
+
+/**
+ * PhaseCounts - counter deltas of one phase, summed over the gateways.
+ * "to tun" is the inbound direction (decrypted packets handed to the tun:
+ * TX ring or direct write), "from tun" the outbound one (RX ring or read()).
+ */
+struct PhaseCounts {
+	std::string mode;  ///< "direct", "vhost dwm=4", "vhost dwm=0" (both gateways alike)
+	std::string phase; ///< e.g. "one-in-flight", "bulk"
+	uint64_t to_tun = 0, from_tun = 0;
+	uint64_t tx_ring = 0, direct_writes = 0, rx_ring = 0, ring_full = 0;
+	uint64_t tun_reads = 0, tun_writes = 0, rx_kicks = 0, tx_kicks = 0;
+	uint64_t polls = 0, poll_waits = 0;
+	// Timed figures (row --ping-log / --bytes --elapsed-ms), 0 when not measured.
+	// Only meaningful where the VM is not emulated (accel != "tcg").
+	std::string accel;                     ///< how the VM ran: "tcg", "kvm"; "" = not timed
+	double rtt_p50_ms = 0, rtt_p99_ms = 0; ///< one-in-flight: ping round trips
+	double mbit_s = 0;                     ///< bulk: transfer payload bits / elapsed time
+
+	/// to_tun_syscalls() - write()s on the tun fd plus TX kicks
+	uint64_t to_tun_syscalls() const noexcept { return tun_writes + tx_kicks; }
+	/// from_tun_syscalls() - read()s on the tun fd and RX kicks (the call
+	/// eventfd is never read: the data plane watches it edge-triggered)
+	uint64_t from_tun_syscalls() const noexcept { return tun_reads + rx_kicks; }
+	uint64_t kicks() const noexcept { return rx_kicks + tx_kicks; }
+	uint64_t packets() const noexcept { return to_tun + from_tun; }
+};
+
+/**
+ * phase_counts() - the deltas between two snapshots (JSON arrays of status
+ * objects, the same gateways in the same order)
+ * Throws std::runtime_error when the snapshots do not match or lack counters.
+ */
+PhaseCounts phase_counts(const lab::JsonValue& before, const lab::JsonValue& after, const std::string& phase);
+
+/// Goal - one of issue 3's goals applied to one row.
+struct Goal {
+	std::string what; ///< e.g. "vhost dwm=4 bulk: kicks/packet <= 1/32"
+	bool met = false;
+	std::string measured;
+};
+
+/**
+ * goals_for() - issue 3's goals for @row (none for direct mode): the
+ * one-in-flight goals for vhost with direct writes (dwm > 0), the bulk goals
+ * for both vhost modes
+ */
+std::vector<Goal> goals_for(const PhaseCounts& row);
+
+/**
+ * ping_rtts_ms() - the round trips ping(8) printed ("... time=0.123 ms" lines)
+ * @text: ping's output
+ * Return: the times in ms, in the order printed (empty when there are none)
+ */
+std::vector<double> ping_rtts_ms(std::string_view text);
+
+/// percentile() - nearest-rank percentile @p (0..100) of @v; 0 when empty
+double percentile(std::vector<double> v, double p);
+
+/**
+ * run_vhost_counts() - the vhost-counts command
+ * @args: the arguments after "vhost-counts"
+ * Return: exit status: 0 ok, 1 failed (or a goal missed with --check), 2 usage
+ */
+int run_vhost_counts(const std::vector<std::string>& args);
+
+} // namespace esptun::bench::vhost_counts
