@@ -1,6 +1,6 @@
 // The control socket: a UNIX stream socket that answers every connection
 // with the status JSON and closes it. Runs on the control plane's Asio
-// io_context, never on the data-path thread.
+// io_context, never on a data-path worker.
 #pragma once
 
 #include <asio/io_context.hpp>

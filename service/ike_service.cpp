@@ -5,7 +5,7 @@
 #include "platform/netlink.hpp"
 #include "platform/sockaddr.hpp"
 #include "service/log.hpp"
-#include "service/service.hpp"
+#include "service/tun_setup.hpp"
 
 #include <algorithm>
 #include <array>

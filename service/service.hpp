@@ -1,6 +1,6 @@
-// One running endpoint (gateway or client): turns a validated config into a
-// tun device, routes, an underlay socket, the data-plane thread and the
-// control socket, and takes them down again in reverse order.
+// One running endpoint (gateway or client): run_service() turns a validated
+// config into a tun device with routes, the workers with their underlay
+// sockets, IKE and the control socket, and takes them down in reverse order.
 #pragma once
 
 #include "base/counters.hpp"
@@ -9,7 +9,6 @@
 #include "tunnel/sa.hpp"
 
 #include <chrono>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -23,11 +22,6 @@ class IkeService;
 
 /// PeerParams for the SA table from the config's peers.
 std::vector<tunnel::PeerParams> peer_params(const conf::Config& config);
-
-/// Which of @prefixes get a route through the tun: not a /0 (route_all
-/// decides that), nor the subnet of a tun address (the kernel's connected
-/// route covers it).
-std::vector<IpPrefix> tun_routes(const conf::Config& config, std::span<const IpPrefix> prefixes);
 
 /// Facts about the running endpoint that the status JSON reports.
 struct ServiceInfo {

@@ -132,7 +132,7 @@ void write_tun_io(JsonWriter& j, const ServiceInfo& info) {
 	j.end_object();
 }
 
-/// The underlay socket: buffer sizes and what UDP GSO did.
+/// The underlay sockets: the first one's buffer sizes, what UDP GSO and GRO did.
 void write_udp(JsonWriter& j, const ServiceInfo& info) {
 	j.key("udp").begin_object();
 	j.field("rcvbuf", int64_t(info.udp_buffers.rcv)).field("sndbuf", int64_t(info.udp_buffers.snd));

@@ -1,5 +1,5 @@
-// Which tun side the data plane gets (config [tunnel] tun_io): step 2 of
-// run_service() opens /dev/vhost-net for "vhost" and "auto"; "auto" falls
+// Which tun side the data planes get (config [tunnel] tun_io): vhost-net is
+// opened for "vhost" and "auto" before any interface exists; "auto" falls
 // back to direct tun I/O with a one-line reason when that fails.
 #pragma once
 
