@@ -1,15 +1,26 @@
-// The packet loop: see data_plane.hpp.
+// The packet loop, one per worker thread (data_plane.hpp). Each pass between
+// two waits runs the direction(s) with work waiting; the steps of each:
 //
-// Each pass between two waits runs inside SaTable::enter()/leave(), so the
-// SAs it finds stay valid while the control plane replaces them.
+// Outbound (outbound_batch(), send_all()):
+//   1. tun read batch: TunPort::read_batch() gives up to kBatch packets, each
+//      in its own buffer behind esp::kHeadroom (tun_port.hpp).
+//   2. segment: a port with offloads has already cut each TSO/USO
+//      super-packet into wire packets (offload_batch.hpp).
+//   3. select SA and encapsulate: tunnel::encapsulate() finds the SA by the
+//      inner destination and seals the packet in place (tunnel/).
+//   4. UDP send batch: one send_batch() for the batch; TunPort::read_done()
+//      then recycles the buffers.
+// Inbound (inbound_batch()):
+//   5. UDP receive batch: one recv_batch() of up to kBatch datagrams into
+//      the port's receive slots (with UDP GRO a slot holds a train).
+//   6. decapsulate: tunnel::decapsulate() checks, authenticates and decrypts
+//      each datagram in place (tunnel/); IKE behind the non-ESP marker goes
+//      to the IkeInbox.
+//   7. GRO: a port with offloads merges runs of one TCP flow (offload_batch.hpp).
+//   8. tun write: TunPort::write_batch() hands the inner packets to the tun.
 //
-// Outbound: poll says the tun side has packets (tun fd readable, or the vhost
-//   RX ring's call eventfd) -> TunPort::read_batch() up to kBatch packets,
-//   each in its own buffer behind esp::kHeadroom -> encapsulate() in place ->
-//   one sendmmsg() for the batch -> TunPort::read_done() recycles the buffers.
-// Inbound: poll says the socket is readable -> one recvmmsg() of up to kBatch
-//   datagrams into the port's receive slots -> decapsulate() in place ->
-//   TunPort::write_batch() hands the inner packets to the tun.
+// Each pass runs inside SaTable::enter()/leave(), so the SAs it finds stay
+// valid while the control plane replaces them.
 //
 // The wait is epoll rather than poll() for one reason: a port whose read_fd()
 // is an eventfd that only signals (the vhost RX ring's call eventfd) is
@@ -55,6 +66,8 @@ bool wait_writable(int fd, int ms) noexcept {
 }
 
 } // namespace
+
+// --- Set-up and the wait ---
 
 DataPlane::DataPlane(const tunnel::SaTable& table, TunPort& tun, platform::UdpEngine& udp,
                      DataPathStats& stats, size_t worker)
@@ -157,6 +170,8 @@ int DataPlane::run(int stop_fd) noexcept {
 	}
 }
 
+// --- Outbound: steps 1-4 ---
+
 void DataPlane::outbound_batch() noexcept {
 	const size_t got = tun_.read_batch(tun_packets_);
 	routes_.clear();
@@ -192,6 +207,8 @@ void DataPlane::send_all(size_t n) noexcept {
 		pending = pending.subspan(1);
 	}
 }
+
+// --- Inbound: steps 5-8 ---
 
 void DataPlane::inbound_batch() noexcept {
 	std::span<platform::RecvSlot> slots = tun_.recv_slots();

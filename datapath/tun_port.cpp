@@ -1,4 +1,5 @@
-// DirectTunPort: tun_io = "direct", one system call per packet. See tun_port.hpp.
+// DirectTunPort: tun_io = "direct" without tun offloads, one system call per
+// packet. See tun_port.hpp.
 #include "datapath/tun_port.hpp"
 
 #include "platform/tun.hpp"

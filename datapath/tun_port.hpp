@@ -1,6 +1,7 @@
 // The tun side of the packet loop, behind one small interface so data_plane.cpp
-// reads the same for both tun I/O modes: DirectTunPort (read()/write() on the
-// tun fd) here, VhostTunPort (vhost-net virtqueues) in vhost_tun_port.hpp.
+// reads the same for every tun I/O mode: DirectTunPort (read()/write() on the
+// tun fd) here, OffloadTunPort (the same with tun offloads) in
+// offload_tun_port.hpp, VhostTunPort (vhost-net virtqueues) in vhost_tun_port.hpp.
 //
 // Outbound: epoll(read_fd) -> read_batch() -> encapsulate in place -> send -> read_done().
 // Inbound:  recvmmsg into recv_slots() -> decapsulate in place -> write_batch().
@@ -123,7 +124,8 @@ public:
 	virtual TunIoStats& io_stats() noexcept = 0;
 };
 
-/// tun_io = "direct": one read() per outbound and one write() per inbound packet.
+/// tun_io = "direct" with tun_offload = false: one read() per outbound and one
+/// write() per inbound packet.
 class DirectTunPort final : public TunPort {
 public:
 	/**

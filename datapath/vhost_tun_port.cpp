@@ -13,7 +13,6 @@
 //   run is one descriptor chain (or one writev()).
 #include "datapath/vhost_tun_port.hpp"
 
-#include "datapath/offload_tun_port.hpp"
 #include "platform/tun.hpp"
 #include "tunnel/esp_wire.hpp"
 
@@ -71,7 +70,8 @@ size_t VhostTunPort::region_bytes(uint32_t queue_size, size_t buf_size) noexcept
 
 VhostTunPort::VhostTunPort(std::span<uint8_t> region, const VhostPortParams& p, TunIoStats& stats)
     : p_(p), stats_(stats), rx_(ring_region(region, p, 0), p.queue_size),
-      tx_(ring_region(region, p, 1), p.queue_size), free_(size_t(p.queue_size) + kTunBatch) {
+      tx_(ring_region(region, p, 1), p.queue_size), free_(size_t(p.queue_size) + kTunBatch),
+      stage_(p.vnet_hdr ? kStageBytes : 0, p.vnet_hdr ? p.buf_size : 0) {
 	pool_ = region.data() + 2 * ring_bytes(p.queue_size);
 	const uint32_t n = p.queue_size;
 	// Inbound buffers n .. 2n + kTunBatch - 1: one batch into the receive slots,
@@ -92,18 +92,11 @@ VhostTunPort::VhostTunPort(std::span<uint8_t> region, const VhostPortParams& p, 
 	}
 	for (uint32_t i = 0; i < n; i++)
 		free_[free_n_++] = n + uint32_t(kTunBatch) + i;
-	// Every RX buffer is posted before the backend is attached (vm-spike order).
+	// Every RX buffer is posted before the backend is attached (the set-up
+	// order of platform/vhost_net.hpp): the device's first look finds a full ring.
 	for (uint32_t i = 0; i < n; i++)
 		post_rx(i);
 	rx_.publish();
-	if (p_.vnet_hdr) {
-		stage_.resize(kStageBytes);
-		seg_mem_.resize(kTunBatch * p_.buf_size);
-		for (size_t i = 0; i < kTunBatch; i++)
-			seg_out_[i] = std::span<uint8_t>(seg_mem_).subspan(
-			    i * p_.buf_size + tunnel::esp::kHeadroom,
-			    p_.buf_size - tunnel::esp::kHeadroom - tunnel::esp::kTailroom);
-	}
 }
 
 platform::VringAddrs VhostTunPort::vring(unsigned q) const noexcept {
@@ -146,14 +139,14 @@ size_t VhostTunPort::read_batch(std::span<TunPacket> out) noexcept {
 	held_n_ = 0;
 	if (p_.vnet_hdr) {
 		out = out.first(max);
-		if (max > 0 && staged_) n += emit_staged(0, out);
+		if (max > 0 && stage_.held()) n += stage_.emit(0, out, stats_);
 		// One used entry at a time: a super-packet may fill the batch, or not fit
 		// it and stay staged, after any entry.
-		while (n < max && !staged_)
+		while (n < max && !stage_.held())
 			if (rx_.harvest_used(
 			        [&](const virtio::UsedBuffer& u) noexcept { take_rx(u, out, n); }, 1) == 0)
 				break;
-		rx_batch_full_ = n == max || staged_;
+		rx_batch_full_ = n == max || stage_.held();
 		stats_.rx_ring_packets.add(n);
 		return n;
 	}
@@ -185,13 +178,13 @@ void VhostTunPort::take_rx(const virtio::UsedBuffer& u, std::span<TunPacket> out
 			stats_.offload_errors.add();
 			return;
 		}
-		staged_ = true;
-		n += emit_staged(n, out);
+		stage_.hold(stage_len_);
+		n += stage_.emit(n, out, stats_);
 	};
 	if (asm_left_ > 0) {
 		// A later buffer of a mergeable packet: data from its start, no header.
-		if (!u.bad_len && !asm_overflow_ && u.len <= stage_.size() - stage_len_) {
-			std::memcpy(stage_.data() + stage_len_, at, u.len);
+		if (!u.bad_len && !asm_overflow_ && u.len <= stage_.buffer().size() - stage_len_) {
+			std::memcpy(stage_.buffer().data() + stage_len_, at, u.len);
 			stage_len_ += u.len;
 		} else {
 			asm_overflow_ = true;
@@ -226,25 +219,12 @@ void VhostTunPort::take_rx(const virtio::UsedBuffer& u, std::span<TunPacket> out
 		return;
 	}
 	// u.len <= the posted length < kStageBytes
-	std::memcpy(stage_.data(), at, u.len);
+	std::memcpy(stage_.buffer().data(), at, u.len);
 	stage_len_ = u.len;
 	asm_overflow_ = false;
 	post_rx(idx);
 	asm_left_ = h.num_buffers - 1u;
 	if (asm_left_ == 0) gathered();
-}
-
-size_t VhostTunPort::emit_staged(size_t at, std::span<TunPacket> out) noexcept {
-	bool keep = false;
-	const size_t count = cut_staged({stage_.data(), stage_len_}, std::span(seg_out_).first(out.size()),
-	                                seg_len_, at, stats_, keep);
-	if (keep) return 0;
-	staged_ = false;
-	for (size_t i = 0; i < count; i++) {
-		const size_t k = at + i;
-		out[k] = {std::span<uint8_t>(seg_mem_).subspan(k * p_.buf_size, p_.buf_size), seg_len_[k]};
-	}
-	return count;
 }
 
 void VhostTunPort::read_done() noexcept {
@@ -438,10 +418,7 @@ void VhostTunPort::write_run_direct(const offload::GroRun& run, std::span<const 
                                     size_t& failed) noexcept {
 	const TunWrite& head = pkts[run.first];
 	iov_[0] = {head.inner.data() - kVirtioNetHdrLen, kVirtioNetHdrLen + head.inner.size()};
-	for (size_t i = 1; i < run.count; i++) {
-		const std::span<const uint8_t> p = offload::gro_payload(run, pkts[run.first + i].inner);
-		iov_[i] = {const_cast<uint8_t*>(p.data()), p.size()}; // writev() only reads
-	}
+	gro_payload_iov(run, pkts, &iov_[1]);
 	stats_.direct_writes.add(run.count);
 	stats_.tun_writes.add();
 	if (!platform::tun_writev(p_.tun_fd, std::span(iov_).first(run.count)).ok()) failed += run.count;
@@ -451,35 +428,17 @@ size_t VhostTunPort::write_batch_vnet(std::span<const TunWrite> pkts) noexcept {
 	size_t failed = 0;
 	// As in write_batch(): decided once, before anything is queued.
 	const bool direct = pkts.size() <= p_.direct_write_max && tx_.ring_idle();
-	for (size_t done = 0; done < pkts.size();) {
-		const std::span<const TunWrite> chunk =
-		    pkts.subspan(done, std::min(pkts.size() - done, kTunBatch));
-		for (size_t i = 0; i < chunk.size(); i++)
-			gro_pkts_[i] = chunk[i].inner;
-		const size_t runs = offload::plan_gro(std::span(gro_pkts_).first(chunk.size()), gro_runs_);
-		size_t planned = 0;
-		for (size_t r = 0; r < runs; r++) {
-			const offload::GroRun& run = gro_runs_[r];
-			planned += run.count;
-			if (run.count > 1 && offload::patch_gro_head(run, gro_pkts_[run.first])) {
-				// The run's header in place in front of its first packet.
-				uint8_t* hdr = chunk[run.first].inner.data() - kVirtioNetHdrLen;
-				(void)run.hdr.write({hdr, kVirtioNetHdrLen});
-				stats_.gro_writes.add();
-				stats_.gro_segments.add(run.count);
-				if (direct || !run_to_ring(run, chunk)) write_run_direct(run, chunk, failed);
-				continue;
-			}
-			// Alone behind a zero header (patch_gro_head() refusing would be a
-			// planner bug: then each packet goes alone, nothing is lost).
-			for (size_t i = 0; i < run.count; i++) {
-				const TunWrite& w = chunk[run.first + i];
-				if (direct || !to_ring(w)) write_direct(w, failed);
-			}
-		}
-		// plan_gro() fills at most as many runs as packets, so every packet is planned.
-		done += std::max<size_t>(planned, 1);
-	}
+	gro_.for_each_write(
+	    pkts, stats_,
+	    [&](const offload::GroRun& run, std::span<const TunWrite> chunk) noexcept {
+		    // The run's header in place in front of its first packet.
+		    uint8_t* hdr = chunk[run.first].inner.data() - kVirtioNetHdrLen;
+		    (void)run.hdr.write({hdr, kVirtioNetHdrLen});
+		    if (direct || !run_to_ring(run, chunk)) write_run_direct(run, chunk, failed);
+	    },
+	    [&](const TunWrite& w) noexcept {
+		    if (direct || !to_ring(w)) write_direct(w, failed);
+	    });
 	if (!direct) kick_tx();
 	sync_device_errors();
 	return failed;

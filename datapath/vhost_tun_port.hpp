@@ -1,7 +1,6 @@
 // tun_io = "vhost": the tun side of the packet loop through vhost-net's two
-// virtqueues, with the direct-write fallback for small batches (design notes,
-// "tun and vhost-net"). The rings are virtio::SplitQueue; the ioctls are
-// platform/vhost_net.hpp.
+// virtqueues, with the direct-write fallback for small batches. The rings are
+// virtio::SplitQueue; the ioctls are platform/vhost_net.hpp.
 //
 // Theory of operation. One mapping holds the RX ring, the TX ring and a pool
 // of equal buffers (buffer_size(mtu) bytes each, esp::kHeadroom + inner +
@@ -33,16 +32,16 @@
 //     per worker, and every small packet would pin one) and over descriptor
 //     chains per RX buffer (the same memory, posted in pieces): the pool stays
 //     as it was, a plain packet stays zero-copy in one buffer, and only a
-//     super-packet pays one copy into a 64 KiB staging buffer, which
-//     datapath/offload.hpp segment() needs contiguous anyway. segment() then
-//     cuts it into kTunBatch wire-size buffers with the same headroom and
+//     super-packet pays one copy into a 64 KiB staging buffer (SegmentStage,
+//     offload_batch.hpp), which offload::segment() needs contiguous anyway.
+//     segment() then cuts it into kTunBatch wire-size buffers with the same headroom and
 //     tailroom as the pool's, so encapsulate() works in place. A one-buffer
 //     packet with NEEDS_CSUM has its checksum finished in place. A
 //     super-packet with more segments than the batch has room for waits in
 //     the staging buffer for the next batch (the interface's gso_max_segs is
 //     kTunBatch, so it always fits an empty one).
-//   - TX: plan_gro() finds runs of one TCP flow; per run patch_gro_head()
-//     rewrites the first packet and the run goes to the TX ring as one
+//   - TX: GroPlan (offload_batch.hpp) finds runs of one TCP flow and
+//     patches each run's first packet; the run goes to the TX ring as one
 //     descriptor chain [header + first packet][payload 2]...[payload n]
 //     (SplitQueue::add_chain(), no copy: each piece stays in its receive
 //     buffer, and each slot takes a free buffer as for a single packet), or
@@ -66,7 +65,7 @@
 //   batch leaves a super-packet staged and the rest in the used ring.
 #pragma once
 
-#include "datapath/offload.hpp"
+#include "datapath/offload_batch.hpp"
 #include "datapath/tun_port.hpp"
 #include "platform/vhost_net.hpp"
 #include "virtio/split_queue.hpp"
@@ -132,7 +131,7 @@ public:
 	/// Inbound buffers neither in a receive slot nor in the TX ring.
 	size_t free_buffers() const noexcept { return free_n_; }
 	/// A super-packet waits in the staging buffer for the next batch.
-	bool staged() const noexcept { return staged_; }
+	bool staged() const noexcept { return stage_.held(); }
 
 	/// Bytes of the staging buffer: a header and the largest super-packet.
 	static constexpr size_t kStageBytes = platform::kVirtioNetHdrLen + 65536 + 64;
@@ -144,9 +143,6 @@ private:
 	void post_rx(uint32_t idx) noexcept;
 	/// One used RX entry (vnet_hdr mode): zero-copy, or into the staging buffer.
 	void take_rx(const virtio::UsedBuffer& u, std::span<TunPacket> out, size_t& n) noexcept;
-	/// Cuts the staged packet into out[at..]. Return: packets produced; 0 with
-	/// staged_ still set when they do not fit after @at.
-	size_t emit_staged(size_t at, std::span<TunPacket> out) noexcept;
 	void reclaim_tx() noexcept;
 	bool to_ring(const TunWrite& w) noexcept;
 	/// gro_slots: @bytes copied into a free pool buffer, @before bytes of
@@ -177,17 +173,12 @@ private:
 	bool rx_batch_full_ = false; ///< the last read_batch() stopped at its limit: more may wait
 	uint64_t short_used_ = 0;    ///< RX used entries shorter than the virtio-net header
 	uint64_t bad_rx_hdr_ = 0;    ///< RX headers with an impossible num_buffers
-	// vnet_hdr mode only (empty otherwise); preallocated, the data path never allocates.
-	std::vector<uint8_t> stage_;   ///< header + one packet gathered from mergeable buffers
-	size_t stage_len_ = 0;         ///< bytes in stage_
-	uint32_t asm_left_ = 0;        ///< buffers of the packet being gathered still to come
-	bool asm_overflow_ = false;    ///< it does not fit stage_: drop it when complete
-	bool staged_ = false;          ///< stage_ holds a complete packet not yet emitted
-	std::vector<uint8_t> seg_mem_; ///< kTunBatch segment buffers of buf_size bytes
-	std::array<std::span<uint8_t>, kTunBatch> seg_out_{};
-	std::array<size_t, kTunBatch> seg_len_{};
-	std::array<std::span<uint8_t>, kTunBatch> gro_pkts_{};
-	std::array<offload::GroRun, kTunBatch> gro_runs_{};
+	// vnet_hdr mode only (no memory otherwise); preallocated, the data path never allocates.
+	SegmentStage stage_;        ///< header + one packet gathered from mergeable buffers
+	size_t stage_len_ = 0;      ///< bytes gathered into stage_ so far
+	uint32_t asm_left_ = 0;     ///< buffers of the packet being gathered still to come
+	bool asm_overflow_ = false; ///< it does not fit stage_: drop it when complete
+	GroPlan gro_;
 	std::array<virtio::SplitQueue::ChainPart, kTunBatch> chain_{};
 	std::array<iovec, kTunBatch> iov_{};
 	std::vector<uint8_t> gro_mem_; ///< gro_slots only: the receive slots' buffers

@@ -1,0 +1,77 @@
+// SegmentStage and GroPlan: see offload_batch.hpp.
+#include "datapath/offload_batch.hpp"
+
+#include "tunnel/esp_wire.hpp"
+
+#include <cstring>
+
+namespace esptun::datapath {
+
+using offload::VnetHdr;
+
+SegmentStage::SegmentStage(size_t stage_bytes, size_t buf_size)
+    : stage_(stage_bytes), buf_size_(buf_size), seg_mem_(kTunBatch * buf_size) {
+	if (buf_size == 0) return;
+	for (size_t i = 0; i < kTunBatch; i++)
+		seg_out_[i] = std::span<uint8_t>(seg_mem_).subspan(i * buf_size + tunnel::esp::kHeadroom,
+		                                                   buf_size - tunnel::esp::kHeadroom -
+		                                                       tunnel::esp::kTailroom);
+}
+
+size_t SegmentStage::emit(size_t at, std::span<TunPacket> out, TunIoStats& stats) noexcept {
+	const size_t usable = std::min(out.size(), kTunBatch);
+	bool keep = at >= usable; // no room left in this batch at all
+	const size_t count = keep ? 0 : cut(at, usable - at, stats, keep);
+	if (keep) return 0;
+	held_ = false;
+	for (size_t i = 0; i < count; i++) {
+		const size_t k = at + i;
+		out[k] = {std::span<uint8_t>(seg_mem_).subspan(k * buf_size_, buf_size_), seg_len_[k]};
+	}
+	return count;
+}
+
+/// Cuts the held packet into @room segment buffers from @at on. Return: the
+/// packets written; 0 with @keep set when it would fit only an empty batch.
+size_t SegmentStage::cut(size_t at, size_t room, TunIoStats& stats, bool& keep) noexcept {
+	const std::span<uint8_t> staged(stage_.data(), len_);
+	const auto hdr = VnetHdr::parse(staged);
+	const std::span<uint8_t> pkt = hdr ? staged.subspan(VnetHdr::kSize) : std::span<uint8_t>{};
+	offload::SegmentResult r{offload::Error::malformed, 0};
+	if (hdr && hdr->gso_type == VnetHdr::kGsoNone) {
+		// In place, then one copy into a wire buffer.
+		r.error = offload::finish_checksum(*hdr, pkt);
+		if (r.error == offload::Error::none && pkt.size() > seg_out_[at].size())
+			r.error = offload::Error::buffer_too_small;
+		if (r.error == offload::Error::none) {
+			std::memcpy(seg_out_[at].data(), pkt.data(), pkt.size());
+			seg_len_[at] = pkt.size();
+			r.count = 1;
+		}
+	} else if (hdr) {
+		r = offload::segment(*hdr, pkt, std::span(seg_out_).subspan(at, room),
+		                     std::span(seg_len_).subspan(at, room));
+		// Fits in a batch of its own: wait for the next one.
+		if (r.error == offload::Error::too_many_segments && at > 0) {
+			keep = true;
+			return 0;
+		}
+		if (r.ok()) {
+			stats.gso_reads.add();
+			stats.gso_segments.add(r.count);
+		}
+	}
+	if (!r.ok()) {
+		stats.offload_errors.add();
+		return 0;
+	}
+	return r.count;
+}
+
+size_t GroPlan::plan(std::span<const TunWrite> chunk) noexcept {
+	for (size_t i = 0; i < chunk.size(); i++)
+		pkts_[i] = chunk[i].inner;
+	return offload::plan_gro(std::span(pkts_).first(chunk.size()), runs_);
+}
+
+} // namespace esptun::datapath
