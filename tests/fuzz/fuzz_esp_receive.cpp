@@ -21,7 +21,7 @@
 // the SPI slots rather than the static map, tunnel/sa.hpp).
 // Seeds: tests/fuzz/corpus/esp_receive/ (one file per record kind and path);
 // ESPTUN_FUZZ_TRACE=1 prints the verdict of every datagram of an input.
-#include "tests/unit/tunnel/tunnel_fixture.hpp"
+#include "tests/unit/tunnel/tunnel_test_util.hpp"
 
 #include <array>
 #include <cstddef>

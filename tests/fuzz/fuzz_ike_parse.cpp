@@ -15,6 +15,7 @@
 #include "ike/message.hpp"
 
 #include "base/bytes.hpp"
+#include "tests/unit/support/bytes_test_util.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -27,7 +28,7 @@
 namespace {
 
 using namespace esptun::ike;
-using Bytes = std::vector<uint8_t>;
+using esptun::test::Bytes;
 
 [[noreturn]] void fail(const char* what) {
 	std::fprintf(stderr, "fuzz-ike-parse: %s\n", what);

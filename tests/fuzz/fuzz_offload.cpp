@@ -19,6 +19,7 @@
 // sequence number and payload with valid checksums. ASan/UBSan catch
 // out-of-bounds accesses. ESPTUN_FUZZ_TRACE=1 prints each call's result.
 #include "datapath/offload.hpp"
+#include "tests/unit/support/bytes_test_util.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -33,7 +34,7 @@
 namespace {
 
 using namespace esptun::datapath::offload;
-using Bytes = std::vector<uint8_t>;
+using esptun::test::Bytes;
 
 #define FUZZ_CHECK(cond)                                                                                     \
 	do {                                                                                                 \

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "conf/config.hpp"
+#include "tests/unit/support/bytes_test_util.hpp"
 
 #include <doctest/doctest.h>
 
@@ -16,16 +17,18 @@
 
 namespace esptun::conf::test {
 
-/// "0x" and @len bytes of hex that differ by @seed (not random: test keys).
+/**
+ * hex_key() - a key as a config writes it: "0x" and @len bytes of hex
+ * @len: the key length in bytes
+ * @seed: picks the bytes; keys with different seeds differ (not random: test keys)
+ *
+ * Return: the text for an enc_key, auth_key or key field.
+ */
 inline std::string hex_key(size_t len, unsigned seed) {
-	static const char digits[] = "0123456789abcdef";
-	std::string s = "0x";
-	for (size_t i = 0; i < len; i++) {
-		unsigned b = (seed * 37 + static_cast<unsigned>(i) * 11 + 5) & 0xff;
-		s += digits[b >> 4];
-		s += digits[b & 15];
-	}
-	return s;
+	::esptun::test::Bytes k(len);
+	for (size_t i = 0; i < len; i++)
+		k[i] = static_cast<uint8_t>(seed * 37 + static_cast<unsigned>(i) * 11 + 5);
+	return "0x" + ::esptun::test::to_hex(k);
 }
 
 inline std::string cipher_name(crypto::Cipher c) { return std::string(crypto::cipher_spec(c).name); }

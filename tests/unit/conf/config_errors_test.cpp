@@ -1,6 +1,6 @@
 // Every validation rule: a config that breaks it fails with a ConfigError
 // naming the right line and saying how to fix it.
-#include "conf_test_util.hpp"
+#include "tests/unit/conf/conf_test_util.hpp"
 
 using namespace esptun;
 using namespace esptun::conf;

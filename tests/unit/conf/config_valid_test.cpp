@@ -1,5 +1,5 @@
 // Valid configs parse into the expected values, with the documented defaults.
-#include "conf_test_util.hpp"
+#include "tests/unit/conf/conf_test_util.hpp"
 
 #include <cctype>
 

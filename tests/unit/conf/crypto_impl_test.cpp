@@ -1,5 +1,5 @@
 // [tunnel] crypto_impl: which implementation the CBC-HMAC suites use.
-#include "conf_test_util.hpp"
+#include "tests/unit/conf/conf_test_util.hpp"
 
 using namespace esptun;
 using namespace esptun::conf;

@@ -1,5 +1,5 @@
 // [tunnel] direct_write_max: the vhost TX ring's direct-write threshold.
-#include "conf_test_util.hpp"
+#include "tests/unit/conf/conf_test_util.hpp"
 
 using namespace esptun;
 using namespace esptun::conf;

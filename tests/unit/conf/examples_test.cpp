@@ -1,5 +1,5 @@
 // The example configs shipped in docs/examples/ pass validation.
-#include "conf_test_util.hpp"
+#include "tests/unit/conf/conf_test_util.hpp"
 
 using namespace esptun;
 using namespace esptun::conf;

@@ -1,7 +1,7 @@
 // Keys read from *_file paths: resolved against the config's folder, trimmed,
 // and refused when group or others could read or write them.
 #include "conf/checks.hpp"
-#include "conf_test_util.hpp"
+#include "tests/unit/conf/conf_test_util.hpp"
 
 using namespace esptun;
 using namespace esptun::conf;

@@ -1,5 +1,5 @@
 // [tunnel] udp_gso, socket_buffer, workers, busy_poll_us and wake_poll_us: the underlay and worker knobs.
-#include "conf_test_util.hpp"
+#include "tests/unit/conf/conf_test_util.hpp"
 
 using namespace esptun;
 using namespace esptun::conf;

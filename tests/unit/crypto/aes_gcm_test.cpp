@@ -4,7 +4,7 @@
 // sequence number, checked with an independent EVP decryption.
 #include "crypto/aes_gcm.hpp"
 #include "crypto/evp_util.hpp"
-#include "test_util.hpp"
+#include "tests/unit/crypto/crypto_test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <openssl/evp.h>

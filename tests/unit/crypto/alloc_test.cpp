@@ -4,7 +4,7 @@
 // seal()/open() for every suite. Our own code has no allocating calls on the
 // packet path; OpenSSL's are what this counts.
 #include "crypto/esp_transform.hpp"
-#include "test_util.hpp"
+#include "tests/unit/crypto/crypto_test_util.hpp"
 
 #include <array>
 #include <atomic>

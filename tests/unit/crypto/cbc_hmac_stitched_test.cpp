@@ -9,7 +9,7 @@
 #include "crypto/cbc_hmac.hpp"
 #include "crypto/cbc_hmac_stitched.hpp"
 #include "crypto/cpu_features.hpp"
-#include "test_util.hpp"
+#include "tests/unit/crypto/crypto_test_util.hpp"
 
 #include <algorithm>
 #include <doctest/doctest.h>

@@ -3,7 +3,7 @@
 // independent recomputation of the ICV (with and without ESN) and of the
 // decryption, and the per-packet IV generator.
 #include "crypto/cbc_hmac.hpp"
-#include "test_util.hpp"
+#include "tests/unit/crypto/crypto_test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <openssl/evp.h>

@@ -3,7 +3,7 @@
 // with and without ESN, and rejection of any single-bit change, a wrong ESN
 // high half, and malformed lengths.
 #include "crypto/esp_transform.hpp"
-#include "test_util.hpp"
+#include "tests/unit/crypto/crypto_test_util.hpp"
 
 #include <algorithm>
 #include <doctest/doctest.h>

@@ -4,7 +4,7 @@
 // tags that must fail; and the CPU detection against /proc/cpuinfo.
 #include "crypto/aes_gcm.hpp"
 #include "crypto/gcm_vaes.hpp"
-#include "test_util.hpp"
+#include "tests/unit/crypto/crypto_test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <fstream>

@@ -3,7 +3,7 @@
 // (HMAC-SHA256-128 with 32-byte keys), plus a cross-check against OpenSSL's
 // independent EVP_Q_mac path.
 #include "crypto/hmac.hpp"
-#include "test_util.hpp"
+#include "tests/unit/crypto/crypto_test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <openssl/evp.h>

@@ -167,16 +167,6 @@ TEST_CASE(
 
 namespace {
 
-/// A peer whose SAs the control plane installs at run time (IKE).
-tunnel::PeerParams run_time_peer(const char* name, Endpoint ep, const char* allowed) {
-	tunnel::PeerParams p;
-	p.name = name;
-	p.endpoint = ep;
-	p.allowed_ips = {*parse_prefix(allowed)};
-	p.keyed_statically = false;
-	return p;
-}
-
 /// Polls @done for up to two seconds.
 template <class F> bool eventually(F done) {
 	for (int i = 0; i < 2000; i++) {
@@ -203,8 +193,8 @@ TEST_CASE("running data planes forward across rekeys, and the SAs they replaced 
 	Endpoint loopback{IpAddress::v4(0x7f000001), 0};
 	platform::UdpSocket udp_a = platform::UdpSocket::bind(loopback);
 	platform::UdpSocket udp_b = platform::UdpSocket::bind(loopback);
-	tunnel::SaTable table_a({run_time_peer("b", udp_b.local_endpoint(), "10.99.0.2/32")});
-	tunnel::SaTable table_b({run_time_peer("a", udp_a.local_endpoint(), "10.99.0.1/32")});
+	tunnel::SaTable table_a({test::run_time_peer("b", udp_b.local_endpoint(), "10.99.0.2/32")});
+	tunnel::SaTable table_b({test::run_time_peer("a", udp_a.local_endpoint(), "10.99.0.1/32")});
 	tunnel::Peer& b_at_a = *table_a.peers()[0];
 	tunnel::Peer& a_at_b = *table_b.peers()[0];
 	FakeTun tun_a, tun_b;

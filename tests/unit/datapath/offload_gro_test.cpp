@@ -1,7 +1,7 @@
 // datapath/offload: TCP GRO planning and the head patch, checked against
 // packets built from their fields (offload_test_util.hpp) and against
 // segment(): merging and segmenting must give back the same bytes.
-#include "offload_test_util.hpp"
+#include "tests/unit/datapath/offload_test_util.hpp"
 
 namespace esptun::datapath::offload {
 namespace {

@@ -4,7 +4,7 @@
 // not with the library's checksum code; outputs are compared byte for byte.
 // Buffers are exact-size heap blocks with guard bytes around the output spans,
 // so an access outside a span fails under ASan or in the guard check.
-#include "offload_test_util.hpp"
+#include "tests/unit/datapath/offload_test_util.hpp"
 
 namespace esptun::datapath::offload {
 namespace {

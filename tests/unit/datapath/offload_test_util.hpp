@@ -1,11 +1,11 @@
-// Shared by the datapath/offload tests (offload_segment_test.cpp,
-// offload_gro_test.cpp): a reference RFC 1071 checksum over byte pairs, a
-// packet builder that sets every header field from a description, the
-// segments the kernel would produce, and output buffers with guard bytes.
-// Nothing here uses the library's own checksum code.
+// Helpers for the datapath offload tests: a reference RFC 1071 checksum over
+// byte pairs, a packet builder that sets every header field from a
+// description, the segments the kernel would produce, and output buffers
+// with guard bytes. Nothing here uses the library's own checksum code.
 #pragma once
 
 #include "datapath/offload.hpp"
+#include "tests/unit/support/bytes_test_util.hpp"
 
 #include <doctest/doctest.h>
 
@@ -20,7 +20,7 @@
 
 namespace esptun::datapath::offload::test {
 
-using Bytes = std::vector<uint8_t>;
+using ::esptun::test::Bytes;
 
 constexpr uint8_t FIN = 0x01, SYN = 0x02, RST = 0x04, PSH = 0x08, ACK = 0x10, URG = 0x20, ECE = 0x40,
                   CWR = 0x80;

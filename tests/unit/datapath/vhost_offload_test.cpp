@@ -9,7 +9,7 @@
 #include "datapath/vhost_tun_port.hpp"
 
 #include "tests/unit/datapath/offload_test_util.hpp"
-#include "tests/unit/datapath/vhost_bed.hpp"
+#include "tests/unit/datapath/vhost_bed_test_util.hpp"
 #include "tunnel/esp_wire.hpp"
 
 #include <cstring>

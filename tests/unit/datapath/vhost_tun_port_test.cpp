@@ -1,5 +1,5 @@
 // VhostTunPort against a device model playing vhost-net on the same memory
-// (tests/unit/virtio/device_model.hpp): RX buffers laid out for in-place
+// (tests/unit/support/device_model_test_util.hpp): RX buffers laid out for in-place
 // encapsulation, re-posting without kicks, device errors, the direct-write
 // decision on an idle TX ring, one kick per batch, and ring-full fall-back.
 // The "tun" for direct writes is a SOCK_SEQPACKET pair (one packet per write).
@@ -9,7 +9,7 @@
 
 #include "datapath/data_plane.hpp"
 #include "platform/vhost_net.hpp"
-#include "tests/unit/datapath/vhost_bed.hpp"
+#include "tests/unit/datapath/vhost_bed_test_util.hpp"
 #include "tunnel/esp_wire.hpp"
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 // written from the RFC layout, every single-bit change and truncation of a
 // sealed message is refused, and bad arguments leave the message alone.
 // Messages sealed by an independent implementation are in crypto_vectors_test.cpp.
-#include "keymat_test_util.hpp"
+#include "tests/unit/ike/keymat_test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <openssl/evp.h>

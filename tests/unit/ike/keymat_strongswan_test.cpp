@@ -5,7 +5,7 @@
 // SK_*; with them it must open strongSwan's IKE_AUTH messages to the
 // plaintext strongSwan logged, compute the AUTH values strongSwan put in them,
 // and derive the CHILD_SA keys strongSwan installed.
-#include "keymat_test_util.hpp"
+#include "tests/unit/ike/keymat_test_util.hpp"
 
 #include <doctest/doctest.h>
 

@@ -3,7 +3,7 @@
 // 5903 and RFC 3526 arithmetic, with every peer-value check RFC 7296, RFC
 // 6989 and RFC 8031 ask for. The generated vectors are in crypto_vectors_test.cpp,
 // the SK payload in crypto_sk_test.cpp.
-#include "keymat_test_util.hpp"
+#include "tests/unit/ike/keymat_test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <openssl/bn.h>

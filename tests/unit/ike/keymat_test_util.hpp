@@ -1,9 +1,9 @@
-// Helpers for the IKE crypto unit tests: hex in and out, and the reader for
-// tests/data/ike/crypto_vectors.txt (written by gen_crypto_vectors.py).
+// Helpers for the IKE keymat unit tests: the reader for the vector files in
+// tests/data/ike/ (crypto_vectors.txt is written by gen_crypto_vectors.py).
 #pragma once
 
 #include "ike/keymat.hpp"
-#include "tests/unit/crypto/test_util.hpp"
+#include "tests/unit/support/bytes_test_util.hpp"
 
 #include <doctest/doctest.h>
 
@@ -18,13 +18,11 @@
 
 namespace esptun::ike::crypto_test {
 
-// hex(), ascii() and Bytes are the crypto tests' own (tests/unit/crypto/test_util.hpp).
-using crypto::test::ascii;
-using crypto::test::Bytes;
-using crypto::test::hex;
-
-/// to_hex() - lower-case hex, so a failed CHECK prints readable values.
-inline std::string to_hex(std::span<const uint8_t> b) { return crypto::test::to_hex(b.data(), b.size()); }
+// Bytes, hex(), to_hex() and ascii() are every test's (support/bytes_test_util.hpp).
+using ::esptun::test::ascii;
+using ::esptun::test::Bytes;
+using ::esptun::test::hex;
+using ::esptun::test::to_hex;
 
 /// Record - one "[kind]" block of the vector file.
 struct Record {

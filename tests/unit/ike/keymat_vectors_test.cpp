@@ -2,7 +2,7 @@
 // tests/data/ike/gen_crypto_vectors.py: a Python implementation of prf+, the
 // key schedule, PSK AUTH and the SK payload written from the RFCs, with
 // cryptography's AES, X25519 and P-256 and its own MODP arithmetic.
-#include "keymat_test_util.hpp"
+#include "tests/unit/ike/keymat_test_util.hpp"
 
 #include <doctest/doctest.h>
 

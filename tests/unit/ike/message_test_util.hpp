@@ -4,6 +4,7 @@
 #pragma once
 
 #include "ike/message.hpp"
+#include "tests/unit/support/bytes_test_util.hpp"
 
 #include <doctest/doctest.h>
 
@@ -17,7 +18,7 @@
 
 namespace esptun::ike::test {
 
-using Bytes = std::vector<uint8_t>;
+using ::esptun::test::Bytes;
 
 /// read_vector() - a file from tests/data/ike/ (captured by capture-strongswan.sh).
 inline Bytes read_vector(const std::string& name) {

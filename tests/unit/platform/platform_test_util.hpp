@@ -1,12 +1,11 @@
-// Shared helpers for the platform tests: a fresh network namespace per
-// privileged test, and parsing shorthands.
+// Helpers for the platform tests: a fresh network namespace per privileged
+// test, parsing shorthands, and datagram batches to send and receive.
 #pragma once
 
 #include <cerrno>
 #include <cstring>
 #include <doctest/doctest.h>
 #include <net/if.h>
-#include <poll.h>
 #include <sched.h>
 #include <span>
 #include <string>
@@ -16,6 +15,7 @@
 #include "base/inet.hpp"
 #include "platform/netlink.hpp"
 #include "platform/udp_socket.hpp"
+#include "tests/unit/support/poll_test_util.hpp"
 
 namespace esptun::platform::test {
 
@@ -59,11 +59,8 @@ inline Endpoint endpoint(const char* text) {
 /// (parse_endpoint() rejects port 0 on purpose)
 inline Endpoint any_port(const char* addr) { return Endpoint{ip(addr), 0}; }
 
-/// wait_readable() - poll @fd for input for at most @ms milliseconds
-inline bool wait_readable(int fd, int ms = 2000) {
-	pollfd p{fd, POLLIN, 0};
-	return ::poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
-}
+// wait_readable() is every test's (support/poll_test_util.hpp).
+using ::esptun::test::wait_readable;
 
 /// bytes_of() - the bytes of @s, for a SendSlot
 inline std::span<const uint8_t> bytes_of(const std::string& s) {

@@ -12,7 +12,7 @@
 #include "platform/netlink.hpp"
 #include "platform/tun.hpp"
 #include "platform/udp_socket.hpp"
-#include "platform_test_util.hpp"
+#include "tests/unit/platform/platform_test_util.hpp"
 
 #include <unistd.h>
 

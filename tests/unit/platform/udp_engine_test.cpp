@@ -19,7 +19,7 @@
 
 #include "platform/tun.hpp"
 #include "platform/udp_engine.hpp"
-#include "platform_test_util.hpp"
+#include "tests/unit/platform/platform_test_util.hpp"
 
 #include <unistd.h>
 
@@ -56,7 +56,7 @@ template <class E> struct Peer {
 
 /// receive_all() - collect @want datagrams on @e (polling its poll_fd()), in arrival order
 std::vector<std::pair<std::string, Endpoint>> receive_all(UdpEngine& e, size_t want) {
-	return test::receive_all(e, e.poll_fd(), want);
+	return platform::test::receive_all(e, e.poll_fd(), want);
 }
 
 /// exchange() - send three datagrams from @a to @b in one batch and check them

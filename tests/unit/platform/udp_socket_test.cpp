@@ -8,7 +8,7 @@
 #include "platform/netlink.hpp"
 #include "platform/tun.hpp"
 #include "platform/udp_socket.hpp"
-#include "platform_test_util.hpp"
+#include "tests/unit/platform/platform_test_util.hpp"
 
 #include <unistd.h>
 
@@ -21,7 +21,7 @@ namespace {
 
 /// receive_all() - collect @want datagrams on @sock (polling), in arrival order
 std::vector<std::pair<std::string, Endpoint>> receive_all(UdpSocket& sock, size_t want) {
-	return test::receive_all(sock, sock.fd(), want);
+	return platform::test::receive_all(sock, sock.fd(), want);
 }
 
 /// exchange() - send three datagrams from @a to @b in one batch and check them

@@ -6,7 +6,7 @@
 
 #include "platform/sockaddr.hpp"
 #include "platform/unique_fd.hpp"
-#include "platform_test_util.hpp"
+#include "tests/unit/platform/platform_test_util.hpp"
 
 using namespace esptun;
 using namespace esptun::platform;

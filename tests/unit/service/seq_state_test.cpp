@@ -139,11 +139,7 @@ TEST_CASE("an unwritable state folder is an error naming the file") {
 TEST_CASE("peers keyed at run time are left out of the state file and keep no limit") {
 	test::TempDir dir("esptun-seq");
 	std::vector<tunnel::PeerParams> params = two_peers();
-	tunnel::PeerParams ike;
-	ike.name = "site-ike";
-	ike.allowed_ips = {*parse_prefix("10.99.0.9/32")};
-	ike.keyed_statically = false;
-	params.push_back(ike);
+	params.push_back(test::run_time_peer("site-ike", std::nullopt, {*parse_prefix("10.99.0.9/32")}));
 	tunnel::SaTable table(params);
 	service::SeqState st(dir.path + "/esp0.seq", table);
 	CHECK(st.refresh());

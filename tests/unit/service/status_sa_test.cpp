@@ -20,12 +20,7 @@ bool has(const std::string& s, const std::string& part) {
 }
 
 tunnel::PeerParams ike_peer() {
-	tunnel::PeerParams p;
-	p.name = "ike";
-	p.endpoint = parse_endpoint("10.0.0.9:4500");
-	p.allowed_ips = {*parse_prefix("10.99.0.9/32")};
-	p.keyed_statically = false;
-	return p;
+	return test::run_time_peer("ike", *parse_endpoint("10.0.0.9:4500"), "10.99.0.9/32");
 }
 
 tunnel::ChildSaKeys gcm_keys(uint32_t spi) {

@@ -1,41 +1,28 @@
-// Helpers the runtime tests share: a GCM peer for an SA table, a bounded
-// wait for a readable descriptor, and a scratch folder.
+// Helpers the datapath and service tests share: a scratch folder, plus the
+// peer builders (peer_test_util.hpp) and the bounded wait for a readable
+// descriptor (poll_test_util.hpp) those tests use with it.
 #pragma once
 
-#include "tunnel/sa.hpp"
+#include "tests/unit/support/peer_test_util.hpp"
+#include "tests/unit/support/poll_test_util.hpp"
 
-#include <cstdint>
 #include <cstdlib>
 #include <doctest/doctest.h>
 #include <filesystem>
-#include <poll.h>
 #include <string>
-#include <vector>
+#include <system_error>
 
 namespace esptun::test {
 
-/// A peer with aes128-gcm SAs: @k_out/@k_in are key || salt (20 bytes).
-inline tunnel::PeerParams gcm_peer(const char* name, Endpoint ep, const char* allowed, uint32_t out_spi,
-                                   uint32_t in_spi, const std::vector<uint8_t>& k_out,
-                                   const std::vector<uint8_t>& k_in) {
-	tunnel::PeerParams p;
-	p.name = name;
-	p.endpoint = ep;
-	p.allowed_ips = {*parse_prefix(allowed)};
-	p.cipher = crypto::Cipher::aes128_gcm;
-	p.out = {out_spi, k_out, {}};
-	p.in = {in_spi, k_in, {}};
-	return p;
-}
-
-/// True when @fd becomes readable within two seconds.
-inline bool wait_readable(int fd) {
-	pollfd p{fd, POLLIN, 0};
-	return poll(&p, 1, 2000) == 1;
-}
-
-/// TempDir - a fresh folder under the system's temp dir, removed with its contents.
+/**
+ * struct TempDir - a fresh folder under the system's temp dir, removed with
+ * its contents when the object goes
+ * @path: the folder
+ *
+ * mkdtemp() makes the name unique, so tests running at once never share one.
+ */
 struct TempDir {
+	/// TempDir() - make the folder, named @tag plus a unique suffix; fails the test if it cannot
 	explicit TempDir(const char* tag = "esptun-test") {
 		std::string tmpl =
 		    (std::filesystem::temp_directory_path() / (std::string(tag) + "-XXXXXX")).string();

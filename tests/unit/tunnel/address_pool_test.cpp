@@ -1,6 +1,6 @@
 // AddressPool: leases of client addresses, and the host routes they make in
 // the SA table (tunnel/address_pool.hpp).
-#include "tests/unit/tunnel/tunnel_fixture.hpp"
+#include "tests/unit/tunnel/tunnel_test_util.hpp"
 #include "tunnel/address_pool.hpp"
 #include "tunnel/sa.hpp"
 
@@ -16,6 +16,7 @@ namespace {
 using test::ip4;
 using test::ip6;
 using test::prefix;
+using test::run_time_peer;
 
 std::string str(const std::optional<IpAddress>& a) { return a ? to_string(*a) : "none"; }
 
@@ -82,13 +83,8 @@ TEST_CASE("AddressPool refuses pools that are too large or overlap; covering pre
 TEST_CASE("a lease is a host route in the SA table, ahead of allowed_ips, checked both ways") {
 	// A static site peer claims 10.77.0.0/24 as a whole; a dynamic client
 	// leases 10.77.0.9 out of the pool inside it.
-	tunnel::PeerParams site;
-	site.name = "site";
-	site.allowed_ips = {prefix(ip4(10, 77, 0, 0), 24)};
-	site.keyed_statically = false;
-	tunnel::PeerParams client;
-	client.name = "client";
-	client.keyed_statically = false;
+	tunnel::PeerParams site = run_time_peer("site", std::nullopt, {prefix(ip4(10, 77, 0, 0), 24)});
+	tunnel::PeerParams client = run_time_peer("client", std::nullopt, {});
 	tunnel::SaTable table({site, client});
 	table.set_address_pool(tunnel::AddressPool({prefix(ip4(10, 77, 0, 8), 29)}, {}));
 	tunnel::Peer& s = *table.peers()[0];
@@ -102,17 +98,9 @@ TEST_CASE("a lease is a host route in the SA table, ahead of allowed_ips, checke
 }
 
 TEST_CASE("RouteCache answers as the table did for the same address until cleared") {
-	tunnel::PeerParams site;
-	site.name = "site";
-	site.allowed_ips = {prefix(ip4(10, 77, 0, 0), 24)};
-	site.keyed_statically = false;
-	tunnel::PeerParams other;
-	other.name = "other";
-	other.allowed_ips = {prefix(ip4(10, 78, 0, 0), 16)};
-	other.keyed_statically = false;
-	tunnel::PeerParams client;
-	client.name = "client";
-	client.keyed_statically = false;
+	tunnel::PeerParams site = run_time_peer("site", std::nullopt, {prefix(ip4(10, 77, 0, 0), 24)});
+	tunnel::PeerParams other = run_time_peer("other", std::nullopt, {prefix(ip4(10, 78, 0, 0), 16)});
+	tunnel::PeerParams client = run_time_peer("client", std::nullopt, {});
 	tunnel::SaTable table({site, other, client});
 	table.set_address_pool(tunnel::AddressPool({prefix(ip4(10, 77, 0, 8), 29)}, {}));
 	tunnel::Peer& s = *table.peers()[0];

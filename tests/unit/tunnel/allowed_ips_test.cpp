@@ -1,6 +1,6 @@
 // AllowedIps: the longest-prefix match that routes outbound packets and
 // checks inbound sources.
-#include "tests/unit/tunnel/tunnel_fixture.hpp"
+#include "tests/unit/tunnel/tunnel_test_util.hpp"
 #include "tunnel/allowed_ips.hpp"
 
 #include <doctest/doctest.h>

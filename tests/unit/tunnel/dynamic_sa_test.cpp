@@ -2,7 +2,7 @@
 // allocation, make-before-break rekeying, the epoch-based reclamation of
 // replaced SAs, and all of it while two workers forward packets.
 #include "base/bytes.hpp"
-#include "tests/unit/tunnel/tunnel_fixture.hpp"
+#include "tests/unit/tunnel/tunnel_test_util.hpp"
 
 #include <algorithm>
 #include <array>
@@ -27,12 +27,7 @@ constexpr crypto::Cipher kSuites[] = {crypto::Cipher::aes128_gcm, crypto::Cipher
 
 /// The entry a site keeps for @peer when IKE keys it: no SAs at start.
 tunnel::PeerParams dynamic_peer(const Site& peer) {
-	tunnel::PeerParams p;
-	p.name = peer.name;
-	p.endpoint = peer.ep;
-	p.allowed_ips = {peer.v4, peer.v6};
-	p.keyed_statically = false;
-	return p;
+	return test::run_time_peer(peer.name, peer.ep, {peer.v4, peer.v6});
 }
 
 /// Fresh random keys for one direction of a Child SA.

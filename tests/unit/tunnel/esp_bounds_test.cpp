@@ -1,7 +1,7 @@
 // decapsulate() on every truncation and extension of valid datagrams, each in
 // a heap buffer of exactly that size, so ASan (the sanitizer CI job) catches
 // any read or write past the end; the drop reason is checked exactly.
-#include "tests/unit/tunnel/tunnel_fixture.hpp"
+#include "tests/unit/tunnel/tunnel_test_util.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // decapsulate(): every way a received datagram is ignored or dropped, with
 // the exact reason, plus TFC padding and endpoint learning (NAT rebinding).
-#include "tests/unit/tunnel/tunnel_fixture.hpp"
+#include "tests/unit/tunnel/tunnel_test_util.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // encapsulate(): every reason an outbound packet is dropped, and that a drop
 // does not use up a sequence number.
-#include "tests/unit/tunnel/tunnel_fixture.hpp"
+#include "tests/unit/tunnel/tunnel_test_util.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // encapsulate() on site A, decapsulate() on site B: every cipher, ESN on and
 // off, IPv4 and IPv6 inner packets of every size, and the wire layout of
 // what encapsulate() writes (checked by opening it with a separate transform).
-#include "tests/unit/tunnel/tunnel_fixture.hpp"
+#include "tests/unit/tunnel/tunnel_test_util.hpp"
 
 #include <doctest/doctest.h>
 

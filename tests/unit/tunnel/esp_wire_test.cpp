@@ -1,7 +1,7 @@
 // esp_wire.hpp: the inner MTU a cipher leaves on an underlay path and the
 // bytes ESP adds, checked against numbers worked out by hand and against
 // what encapsulate() really produces.
-#include "tests/unit/tunnel/tunnel_fixture.hpp"
+#include "tests/unit/tunnel/tunnel_test_util.hpp"
 #include "tunnel/esp_wire.hpp"
 
 #include <doctest/doctest.h>

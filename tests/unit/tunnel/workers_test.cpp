@@ -2,7 +2,7 @@
 // outbound SA at once, each with its own transform. Every packet must get a
 // unique sequence number and authenticate at the peer; a transform shared
 // between the threads (OpenSSL contexts, IV state) would corrupt packets.
-#include "tunnel_fixture.hpp"
+#include "tests/unit/tunnel/tunnel_test_util.hpp"
 
 #include <algorithm>
 #include <doctest/doctest.h>

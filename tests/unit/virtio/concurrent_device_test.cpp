@@ -6,7 +6,7 @@
 // instead of hanging it.
 #include "virtio/split_queue.hpp"
 
-#include "device_model.hpp"
+#include "tests/unit/support/device_model_test_util.hpp"
 
 #include <doctest/doctest.h>
 

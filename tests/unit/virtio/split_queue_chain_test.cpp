@@ -5,7 +5,7 @@
 // longer than the free descriptors.
 #include "virtio/split_queue.hpp"
 
-#include "device_model.hpp"
+#include "tests/unit/support/device_model_test_util.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,10 +1,11 @@
-// SplitQueue against the in-test device model (device_model.hpp) on the same
-// memory: round trips, ring full, 16-bit index wrap-around with kick and call
-// decisions checked for lost wake-ups, avail_event suppression, ring_idle()
-// and the used_event re-arm race.
+// SplitQueue against the in-test device model
+// (tests/unit/support/device_model_test_util.hpp) on the same memory: round
+// trips, ring full, 16-bit index wrap-around with kick and call decisions
+// checked for lost wake-ups, avail_event suppression, ring_idle() and the
+// used_event re-arm race.
 #include "virtio/split_queue.hpp"
 
-#include "device_model.hpp"
+#include "tests/unit/support/device_model_test_util.hpp"
 
 #include <doctest/doctest.h>
 

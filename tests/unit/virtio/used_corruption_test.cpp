@@ -4,7 +4,7 @@
 // twice, and the queue keeps working for valid entries afterwards.
 #include "virtio/split_queue.hpp"
 
-#include "device_model.hpp"
+#include "tests/unit/support/device_model_test_util.hpp"
 
 #include <doctest/doctest.h>
 

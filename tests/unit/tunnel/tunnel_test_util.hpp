@@ -1,9 +1,11 @@
-// Test fixtures for tunnel/: two sites A and B with mirrored SA tables, real
+// Helpers for the tunnel/ tests: sites A, B and C with mirrored SA tables, real
 // IPv4/IPv6 inner packets, and ESP packets sealed by hand. Shared by the
 // unit-tunnel tests and tests/fuzz/fuzz_esp_receive.cpp, so no doctest here.
 #pragma once
 
 #include "crypto/esp_transform.hpp"
+#include "tests/unit/support/bytes_test_util.hpp"
+#include "tests/unit/support/peer_test_util.hpp"
 #include "tunnel/esp.hpp"
 #include "tunnel/esp_wire.hpp"
 #include "tunnel/sa.hpp"
@@ -19,8 +21,6 @@
 #include <vector>
 
 namespace esptun::test {
-
-using Bytes = std::vector<uint8_t>;
 
 /// IPv4 address from four octets, built by hand (not through inet.cpp).
 inline IpAddress ip4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
@@ -199,15 +199,13 @@ struct LinkOptions {
  * built this way mirror each other (A's out SA is B's in SA).
  */
 inline tunnel::PeerParams peer_entry(const Site& self, const Site& peer, const LinkOptions& o) {
-	tunnel::PeerParams p;
-	p.name = peer.name;
-	if (o.endpoint_known) p.endpoint = peer.ep;
-	p.allowed_ips = {peer.v4, peer.v6};
-	p.cipher = o.cipher;
+	tunnel::PeerParams p = static_peer(
+	    peer.name, o.endpoint_known ? std::optional<Endpoint>(peer.ep) : std::nullopt, {peer.v4, peer.v6},
+	    o.cipher,
+	    tunnel::SaParams{spi_of(peer, self), enc_key_to(peer, o.cipher), auth_key_to(peer, o.cipher)},
+	    tunnel::SaParams{spi_of(self, peer), enc_key_to(self, o.cipher), auth_key_to(self, o.cipher)});
 	p.esn = o.esn;
 	p.replay_window = o.window;
-	p.out = tunnel::SaParams{spi_of(peer, self), enc_key_to(peer, o.cipher), auth_key_to(peer, o.cipher)};
-	p.in = tunnel::SaParams{spi_of(self, peer), enc_key_to(self, o.cipher), auth_key_to(self, o.cipher)};
 	return p;
 }
 

@@ -1,8 +1,9 @@
-// Helpers shared by the crypto unit tests: hex decoding, random bytes, and
-// building an ESP packet in the layout EspTransform works on.
+// Helpers for the crypto unit tests: random bytes, an ESP packet in the
+// layout EspTransform works on, and OpenSSL one-shot references to check it.
 #pragma once
 
 #include "crypto/esp_transform.hpp"
+#include "tests/unit/support/bytes_test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <openssl/evp.h>
@@ -10,55 +11,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
-#include <stdexcept>
-#include <string>
-#include <string_view>
 #include <vector>
 
 namespace esptun::crypto::test {
 
-using Bytes = std::vector<uint8_t>;
-
-/// hex() - decode hex digits, ignoring spaces and newlines (vectors are
-/// pasted in the grouping the RFCs use).
-inline Bytes hex(std::string_view s) {
-	Bytes out;
-	int hi = -1;
-	for (char ch : s) {
-		int v;
-		if (ch >= '0' && ch <= '9')
-			v = ch - '0';
-		else if (ch >= 'a' && ch <= 'f')
-			v = ch - 'a' + 10;
-		else if (ch >= 'A' && ch <= 'F')
-			v = ch - 'A' + 10;
-		else if (ch == ' ' || ch == '\n' || ch == '\t')
-			continue;
-		else
-			throw std::invalid_argument("bad hex digit");
-		if (hi < 0) {
-			hi = v;
-		} else {
-			out.push_back(uint8_t(hi << 4 | v));
-			hi = -1;
-		}
-	}
-	if (hi >= 0) throw std::invalid_argument("odd number of hex digits");
-	return out;
-}
-
-inline Bytes ascii(std::string_view s) { return Bytes(s.begin(), s.end()); }
-
-inline std::string to_hex(const uint8_t* p, size_t n) {
-	static constexpr char kDigits[] = "0123456789abcdef";
-	std::string s;
-	for (size_t i = 0; i < n; i++) {
-		s += kDigits[p[i] >> 4];
-		s += kDigits[p[i] & 15];
-	}
-	return s;
-}
-inline std::string to_hex(const Bytes& b) { return to_hex(b.data(), b.size()); }
+// Bytes, hex(), to_hex() and ascii() are every test's (support/bytes_test_util.hpp).
+using ::esptun::test::ascii;
+using ::esptun::test::Bytes;
+using ::esptun::test::hex;
+using ::esptun::test::to_hex;
 
 /// A deterministic generator per test, so a failure reproduces.
 inline Bytes random_bytes(std::mt19937_64& rng, size_t n) {

@@ -1,13 +1,13 @@
 // A VhostTunPort on a test bench, shared by the vhost port tests: its rings
 // and buffers in a mapping, a device model playing vhost-net on each ring
-// (tests/unit/virtio/device_model.hpp), eventfds for kicks and calls, and a
-// SOCK_SEQPACKET pair standing in for the tun fd of direct writes (one
-// packet per write). The tests add the device behaviour they need.
+// (tests/unit/support/device_model_test_util.hpp), eventfds for kicks and
+// calls, and a SOCK_SEQPACKET pair standing in for the tun fd of direct
+// writes (one packet per write). The tests add the device behaviour they need.
 #pragma once
 
 #include "datapath/vhost_tun_port.hpp"
 #include "platform/vhost_net.hpp"
-#include "tests/unit/virtio/device_model.hpp"
+#include "tests/unit/support/device_model_test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <memory>

@@ -1,8 +1,9 @@
-// A device for the virtqueue tests: plays the kernel's vhost side of a split
-// virtqueue on the same memory the SplitQueue drives, following what
-// drivers/vhost/vhost.c does (vhost_get_vq_desc, vhost_add_used_n,
-// vhost_notify, vhost_enable_notify) with VIRTIO_RING_F_EVENT_IDX. It also
-// writes raw, corrupt used entries for the validation tests.
+// A device model for the virtqueue and vhost port tests (virtio/ and
+// datapath/): plays the kernel's vhost side of a split virtqueue on the same
+// memory the SplitQueue drives, following what drivers/vhost/vhost.c does
+// (vhost_get_vq_desc, vhost_add_used_n, vhost_notify, vhost_enable_notify)
+// with VIRTIO_RING_F_EVENT_IDX. It also writes raw, corrupt used entries for
+// the validation tests.
 #pragma once
 
 #include "virtio/split_queue.hpp"
