@@ -70,9 +70,9 @@ from sw_pair import (  # noqa: E402
     assert_settled, log_lines)
 
 REKEY_XFER_BYTES = 100 * 1000 * 1000
-# strongSwan's short timers for the rekey cases (see
-# ../shared/reference/strongswan-peer/README.md: rand_time defaults to
-# life_time - rekey_time, so it is set; IKE rand_time defaults to over_time).
+# strongSwan's short timers for the rekey cases. swanctl's CHILD rand_time
+# defaults to life_time - rekey_time, which would spread the rekey over the
+# whole test, so it is set; the IKE SA's rand_time defaults to over_time.
 SW_SHORT_TIMERS = dict(child_rekey_time=8, child_life_time=20, child_rand_time=1,
                        ike_rekey_time=15, ike_over_time=10)
 

@@ -14,7 +14,8 @@
 #                Both vhost cases: UDP GRO on the underlay (udp.gro, and trains
 #                received as single buffers: udp_gro_buffers > 0).
 #   vhost-ring   direct_write_max = 0: every inbound packet through the TX
-#                ring (direct_writes == 0). Gateway b says tun_io = "auto"
+#                ring, except the fallback when the ring is full
+#                (direct_writes == ring_full). Gateway b says tun_io = "auto"
 #                here: with /dev/vhost-net present, auto must pick vhost.
 #                tun_offload = false: the plain path (vhost adds and strips a
 #                zero header), no super-packet either way.
@@ -183,7 +184,13 @@ run_case() {
 			[ "${T_RX:-0}" -ge "${T_TUNRX:-1}" ] || why="$why $ns:rx_ring<tun_rx"
 			[ $((${T_TX:-0} + ${T_DW:-0})) -ge "${T_TUNTX:-1}" ] || why="$why $ns:tx_ring+direct<tun_tx"
 			if [ "$dwm" = 0 ]; then
-				[ "${T_DW:-1}" = 0 ] || why="$why $ns:direct_writes=${T_DW:-?}(direct_write_max=0)"
+				# Nothing is written directly by choice: a direct write happens
+				# only as the fallback for a full TX ring, which a vhost worker
+				# that TCG or a busy host slows down can cause. So the
+				# timing-free property is direct_writes == ring_full; the
+				# count itself is reported in the RESULT line.
+				[ "${T_DW:-1}" = "${T_FULL:-0}" ] ||
+					why="$why $ns:direct_writes=${T_DW:-?}!=ring_full=${T_FULL:-?}(direct_write_max=0)"
 			fi
 			# UDP GRO on the underlay (the default): the peer's GSO trains
 			# arrived as single buffers (each packet copied to the TX ring).
