@@ -96,7 +96,11 @@ std::vector<TrafficSelector> narrow(std::span<const TrafficSelector> offered,
 			if (compare_addr(a.start, cut.start) > 0) cut.start = a.start;
 			if (compare_addr(a.end, cut.end) < 0) cut.end = a.end;
 			if (compare_addr(cut.start, cut.end) > 0) continue;
-			if (std::find(out.begin(), out.end(), cut) == out.end()) out.push_back(cut);
+			if (std::find(out.begin(), out.end(), cut) != out.end()) continue;
+			// A reply must fit the TS payload's one-byte count: one past the
+			// bound refuses the whole offer rather than cut it arbitrarily.
+			if (out.size() == Engine::kMaxNarrowedSelectors) return {};
+			out.push_back(cut);
 		}
 	}
 	return out;
@@ -145,9 +149,90 @@ void Engine::start(Clock::time_point now) {
 		if (peers_[i].initiate && peers_[i].endpoint) initiate(i, now);
 }
 
+size_t Engine::peer_children(size_t peer) const {
+	size_t n = 0;
+	for (const auto& [spi, sa] : sas_)
+		if (sa->peer == peer && sa->state != IkeSa::State::closed) n += sa->children.size();
+	return n;
+}
+
+size_t Engine::peer_ike_sas(size_t peer) const {
+	return size_t(std::count_if(sas_.begin(), sas_.end(), [&](const auto& kv) {
+		return kv.second->peer == peer && kv.second->state != IkeSa::State::closed;
+	}));
+}
+
+/**
+ * refuse_sa() - count and log (rate-limited) an SA we will not create
+ * @sa:  the IKE SA the request came on
+ * @why: what was refused and why
+ *
+ * The caller answers NO_ADDITIONAL_SAS (RFC 7296 section 3.10.1): the peer
+ * may try again later, and nothing else of it changes.
+ */
+void Engine::refuse_sa(IkeSa& sa, const std::string& why) {
+	counters_.sa_refused++;
+	log_limited(peer_label(sa) + ": " + why + ": answering NO_ADDITIONAL_SAS");
+}
+
+/**
+ * contain() - end the exchange whose handler threw
+ * @what: the exception's text
+ * @now:  the time of the message
+ *
+ * A request on a known IKE SA gets INVALID_SYNTAX (section 3.10.1: a request
+ * we cannot process) unless its answer already left; an IKE SA that was not
+ * yet established is closed, an established one keeps its other exchanges.
+ * A response that could not be handled closes its IKE SA (we cannot know
+ * what the peer now holds). Nothing here may throw in turn.
+ */
+void Engine::contain(const char* what, Clock::time_point now) {
+	counters_.internal_errors++;
+	const std::optional<Handling> h = std::move(handling_);
+	handling_.reset();
+	IkeSa* sa = h ? find(h->our_spi) : nullptr;
+	try {
+		log_limited((sa ? peer_label(*sa) : std::string("IKE message")) +
+		            ": exchange ended by an internal error: " + what);
+		if (sa && !h->header.is_response()) {
+			if (counters_.sent == h->sent_before) {
+				const Payload p[] = {make_notify(notify::invalid_syntax)};
+				send_response(*sa, h->header, p);
+			}
+			if (sa->state != IkeSa::State::established)
+				close(*sa, std::string("internal error: ") + what, false, now);
+		} else if (sa) {
+			close(*sa, std::string("internal error: ") + what, true, now, true);
+		}
+	} catch (...) {
+		if (sa) sa->state = IkeSa::State::closed; // sweep() removes what it holds
+	}
+	try {
+		sweep();
+	} catch (...) {
+		counters_.internal_errors++; // what is left is swept again on the next tick
+	}
+}
+
 // ---- receiving -------------------------------------------------------------
 
 void Engine::receive(Port via, const Endpoint& from, std::span<const uint8_t> msg, Clock::time_point now) {
+	// Every message is hostile, authenticated or not: what a handler throws
+	// ends that one exchange here, never the control loop and with it every
+	// other peer's tunnel.
+	handling_.reset();
+	try {
+		receive_message(via, from, msg, now);
+	} catch (const std::exception& e) {
+		contain(e.what(), now);
+	} catch (...) {
+		contain("unknown exception", now);
+	}
+	handling_.reset();
+}
+
+void Engine::receive_message(Port via, const Endpoint& from, std::span<const uint8_t> msg,
+                             Clock::time_point now) {
 	counters_.received++;
 	Message m;
 	if (!parse_message(msg, m)) {
@@ -169,6 +254,7 @@ void Engine::receive(Port via, const Endpoint& from, std::span<const uint8_t> ms
 				counters_.unknown_sa++;
 				return;
 			}
+			handling_ = Handling{h.spi_i, h, counters_.sent};
 			handle_init_response(*sa, msg, m, now);
 		}
 		sweep();
@@ -229,6 +315,7 @@ void Engine::receive(Port via, const Endpoint& from, std::span<const uint8_t> ms
 		sa->via = via;
 		if (moved && via == Port::natt) host_.peer_moved(*sa->peer, from);
 	}
+	handling_ = Handling{our_spi, h, counters_.sent};
 	if (h.is_response()) {
 		handle_response(*sa, inner, now);
 	} else {
@@ -566,7 +653,12 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 	sa.last_heard = now;
 
 	// IKE_AUTH: who we are, proof of the PSK, and the first CHILD_SA.
-	sa.reserved_spi = host_.allocate_spi();
+	std::optional<uint32_t> reserved = host_.allocate_spi();
+	if (!reserved) {
+		close(sa, "no inbound SPI free for the CHILD_SA: the SA table is full", true, now);
+		return;
+	}
+	sa.reserved_spi = *reserved;
 	IdPayload idi{true, pol.local_id.type, pol.local_id.data};
 	IdPayload idr{false, pol.remote_id.type, pol.remote_id.data};
 	AuthPayload auth{AuthMethod::psk,

@@ -90,12 +90,16 @@ public:
 	virtual void send(Port via, const Endpoint& to, std::span<const uint8_t> msg) = 0;
 	/// Our address as the peer at @to sees it as destination (for NAT detection).
 	virtual std::optional<Endpoint> local_endpoint(Port via, const Endpoint& to) = 0;
-	/// A fresh inbound SPI, reserved until installed or released.
-	virtual uint32_t allocate_spi() = 0;
+	/// A fresh inbound SPI, reserved until installed or released; nullopt
+	/// when none is free (the SA table is full): that exchange is refused
+	/// with NO_ADDITIONAL_SAS (RFC 7296 section 3.10.1).
+	virtual std::optional<uint32_t> allocate_spi() = 0;
 	virtual void release_spi(uint32_t spi) = 0;
 	/// Installs both directions; @replace_out: the new outbound SA replaces the
 	/// current one now (false: keep sending on the old one until switch_outbound).
-	virtual void install_child(size_t peer, const ChildKeys& keys, bool replace_out) = 0;
+	/// Return: false when it could not (the host has logged why, and neither
+	/// direction nor the SPI's reservation is left behind): the exchange fails.
+	virtual bool install_child(size_t peer, const ChildKeys& keys, bool replace_out) = 0;
 	/// Makes the CHILD_SA whose inbound SPI is @spi_in the one we send with.
 	virtual void switch_outbound(size_t peer, uint32_t spi_in) = 0;
 	/// Removes the inbound SA @spi_in, and the outbound SA @spi_out if it is
@@ -139,6 +143,8 @@ struct IkeCounters {
 	uint64_t retransmits = 0;  ///< our requests sent again
 	uint64_t half_open_dropped = 0;
 	uint64_t logs_suppressed = 0; ///< log lines held back by the rate limit
+	uint64_t sa_refused = 0;      ///< CHILD_SA or IKE SA refused: per-peer cap or SA table full
+	uint64_t internal_errors = 0; ///< exchanges or timers ended by an exception
 };
 
 /// Status of one CHILD_SA for the status JSON.
@@ -199,11 +205,32 @@ public:
 	static constexpr size_t kHalfOpenLimit = 4096;
 	/// NAT keepalive interval while behind a NAT (RFC 3948 section 4 suggests 20 s).
 	static constexpr std::chrono::seconds kKeepaliveInterval{20};
+	/// CHILD_SAs one peer may hold at once. A peer needs one per selector
+	/// set, two while one rekeys and three in a rekey collision; more is a
+	/// peer filling the shared SA table (4,096 slots) for everyone else.
+	static constexpr size_t kMaxChildSasPerPeer = 16;
+	/// IKE SAs one peer may hold at once: the current one and those it
+	/// rekeyed recently, still in their grace period.
+	static constexpr size_t kMaxIkeSasPerPeer = 3;
+	/// An IKE SA the peer rekeyed is retired this long after, whether or not
+	/// the peer deletes it (section 2.18 leaves the delete to the peer; a
+	/// hostile one never sends it). Long enough for answers still in flight.
+	static constexpr std::chrono::seconds kRekeyedIkeGrace{30};
+	/// At most this many selectors in a narrowed set (section 2.9): an answer
+	/// must fit the TS payload's one-byte count, and a bigger set is no use.
+	static constexpr size_t kMaxNarrowedSelectors = 64;
 
 	struct IkeSa;
 
 private:
 	IkeSa* find(uint64_t our_spi) noexcept;
+	void receive_message(Port via, const Endpoint& from, std::span<const uint8_t> msg,
+	                     Clock::time_point now);
+	void tick_sa(IkeSa& sa, Clock::time_point now);
+	void contain(const char* what, Clock::time_point now);
+	void refuse_sa(IkeSa& sa, const std::string& why);
+	size_t peer_children(size_t peer) const;
+	size_t peer_ike_sas(size_t peer) const;
 	void handle_init_request(Port via, const Endpoint& from, std::span<const uint8_t> msg,
 	                         const Message& m, Clock::time_point now);
 	void handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const Message& m,
@@ -219,7 +246,7 @@ private:
 	void handle_rekey_ike_response(IkeSa& sa, PendingRequest& req, std::vector<Payload>& inner,
 	                               Clock::time_point now);
 	void handle_delete_child_response(IkeSa& sa, PendingRequest& req);
-	void start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now,
+	bool start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now,
 	                       std::optional<DhGroup> group = std::nullopt);
 	void start_ike_rekey(IkeSa& sa, Clock::time_point now);
 	void send_child_deletes(IkeSa& sa, Clock::time_point now);
@@ -258,12 +285,21 @@ private:
 	std::vector<IkeSuite> responder_suites_;     ///< union of all peers' IKE proposals
 	IkeCounters counters_;
 	std::vector<uint8_t> cookie_secret_;
+	/// The message being handled, for an answer when a handler throws.
+	struct Handling {
+		uint64_t our_spi = 0;
+		Header header;
+		uint64_t sent_before = 0; ///< counters_.sent when the handler began
+	};
+	std::optional<Handling> handling_;
 	Clock::time_point log_window_{};
 	unsigned logs_in_window_ = 0;
 };
 
 /// Narrows @offered to what @allowed covers (section 2.9): each selector is
-/// cut to its overlap with each prefix; empty overlaps vanish.
+/// cut to its overlap with each prefix; empty overlaps vanish. Empty (as
+/// for no overlap, answered TS_UNACCEPTABLE) when the result would have more
+/// than Engine::kMaxNarrowedSelectors selectors.
 std::vector<TrafficSelector> narrow(std::span<const TrafficSelector> offered,
                                     std::span<const IpPrefix> allowed);
 /// A selector covering exactly @p (any protocol, all ports).

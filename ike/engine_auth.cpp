@@ -124,14 +124,19 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 			reply.push_back(make_notify(notify::no_proposal_chosen));
 		} else if (ts_i.empty()) {
 			child_note = "no CHILD_SA: its traffic selectors " + selectors_text(tsi->selectors) +
-			             " are outside allowed_ips";
+			             " are outside allowed_ips, or too many once narrowed";
 			reply.push_back(make_notify(notify::ts_unacceptable));
+		} else if (std::optional<uint32_t> spi = host_.allocate_spi(); !spi) {
+			refuse_sa(sa, "no CHILD_SA: the SA table is full");
+			reply.push_back(make_notify(notify::no_additional_sas));
+		} else if (const ChildKeys keys = child_keys(sa, choice->cipher, choice->esn, *spi,
+		                                             choice->peer_spi, false, sa.ni, sa.nr);
+		           !host_.install_child(*match, keys, true)) {
+			refuse_sa(sa, "no CHILD_SA: the host could not install it");
+			reply.push_back(make_notify(notify::no_additional_sas));
 		} else {
-			const uint32_t spi_in = host_.allocate_spi();
+			const uint32_t spi_in = *spi;
 			choice->reply.spi = be32_bytes(spi_in);
-			const ChildKeys keys = child_keys(sa, choice->cipher, choice->esn, spi_in,
-			                                  choice->peer_spi, false, sa.ni, sa.nr);
-			host_.install_child(*match, keys, true);
 			sa.children.push_back(child_record(keys, true, false, sa.ni, sa.nr, tsr->selectors,
 			                                   ts_i, pol.child_rekey_s, now));
 			child_note =
@@ -270,7 +275,10 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 	}
 	const ChildKeys keys =
 	    child_keys(sa, choice->cipher, choice->esn, spi_in, choice->peer_spi, true, sa.ni, sa.nr);
-	host_.install_child(*sa.peer, keys, true);
+	if (!host_.install_child(*sa.peer, keys, true)) {
+		close(sa, "the host could not install the CHILD_SA", true, now, true);
+		return;
+	}
 	sa.children.push_back(child_record(keys, true, true, sa.ni, sa.nr, tsi->selectors, tsr->selectors,
 	                                   pol.child_rekey_s, now));
 	host_.child_selectors(*sa.peer, tsr->selectors);

@@ -233,10 +233,13 @@ inline std::string addresses_text(std::span<const IpAddress> as) {
 	return out;
 }
 
+/// The first few selectors of @ts for a log line (a peer may send 255).
 inline std::string selectors_text(std::span<const TrafficSelector> ts) {
+	constexpr size_t kShown = 8;
 	std::string out;
-	for (const TrafficSelector& t : ts)
-		out += (out.empty() ? "" : ", ") + to_string(t.start) + "-" + to_string(t.end);
+	for (size_t i = 0; i < ts.size() && i < kShown; i++)
+		out += (out.empty() ? "" : ", ") + to_string(ts[i].start) + "-" + to_string(ts[i].end);
+	if (ts.size() > kShown) out += ", ... (" + std::to_string(ts.size()) + " in all)";
 	return out.empty() ? "(none)" : out;
 }
 
@@ -329,8 +332,9 @@ struct Engine::IkeSa {
 	std::vector<uint8_t> last_response;
 	std::optional<PendingRequest> pending;
 	std::vector<ChildSa> children;
-	uint32_t reserved_spi = 0; ///< initiator: inbound SPI offered in IKE_AUTH
-	bool rekeyed = false;      ///< a new IKE SA took over; closing it restarts nothing
+	uint32_t reserved_spi = 0;     ///< initiator: inbound SPI offered in IKE_AUTH
+	bool rekeyed = false;          ///< a new IKE SA took over; closing it restarts nothing
+	Clock::time_point retire_at{}; ///< the peer rekeyed it: closed then if still here
 	Clock::time_point created{}, established_at{}, last_heard{};
 	Clock::time_point rekey_at{};       ///< when we rekey this IKE SA; {} = never
 	std::vector<uint32_t> delete_queue; ///< CHILD_SAs (inbound SPIs) to delete when no request is out

@@ -85,6 +85,12 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 			refuse(notify::temporary_failure);
 			return;
 		}
+		if (peer_ike_sas(*sa.peer) >= kMaxIkeSasPerPeer) {
+			refuse_sa(sa, "IKE SA rekey refused: " + std::to_string(kMaxIkeSasPerPeer) +
+			                  " IKE SAs already (rekeyed ones retire after a grace period)");
+			refuse(notify::no_additional_sas);
+			return;
+		}
 		std::optional<IkeChoice> choice = choose_ike(*sa_p, pol.ike_proposals);
 		if (!choice || choice->reply.spi.size() != 8) {
 			counters_.no_proposal++;
@@ -138,6 +144,7 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 		                                                          next->dh->public_value().end())}};
 		send_response(sa, req, reply);
 		sa.rekeyed = true;
+		sa.retire_at = now + kRekeyedIkeGrace; // in case the peer never deletes it
 		host_.log("peer " + pol.name + ": IKE SA rekeyed by the peer (" +
 		          ike_suite_name(next->suite) + ", SPIs " + hex_spi(next->spi_i, 16) + "_i " +
 		          hex_spi(next->spi_r, 16) + "_r)");
@@ -219,13 +226,29 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 		refuse(notify::ts_unacceptable);
 		return;
 	}
-	const uint32_t spi_in = host_.allocate_spi();
+	if (peer_children(*sa.peer) >= kMaxChildSasPerPeer) {
+		refuse_sa(sa,
+		          what + " refused: " + std::to_string(kMaxChildSasPerPeer) + " CHILD_SAs already");
+		refuse(notify::no_additional_sas);
+		return;
+	}
+	const std::optional<uint32_t> spi = host_.allocate_spi();
+	if (!spi) {
+		refuse_sa(sa, what + " refused: the SA table is full");
+		refuse(notify::no_additional_sas);
+		return;
+	}
+	const uint32_t spi_in = *spi;
 	choice->reply.spi = be32_bytes(spi_in);
 	const ChildKeys keys = child_keys(sa, choice->cipher, choice->esn, spi_in, choice->peer_spi, false,
 	                                  nonce->data, nr, g_ir ? *g_ir : std::vector<uint8_t>{});
 	// Make-before-break: the new inbound SA is live before the answer leaves;
 	// we keep sending on the old one until the peer deletes it.
-	host_.install_child(*sa.peer, keys, old == nullptr);
+	if (!host_.install_child(*sa.peer, keys, old == nullptr)) {
+		refuse_sa(sa, what + " refused: the host could not install it");
+		refuse(notify::no_additional_sas);
+		return;
+	}
 	const uint32_t old_spi = old ? old->spi_in : 0;
 	const bool ours_done = old && !old->rekeying &&
 	                       std::any_of(sa.children.begin(), sa.children.end(), [&](const ChildSa& c) {
@@ -255,10 +278,17 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 
 // ---- rekeying and deleting, as the exchange initiator --------------------------
 
-void Engine::start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now, std::optional<DhGroup> group) {
+bool Engine::start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now, std::optional<DhGroup> group) {
 	const PeerPolicy& pol = peers_[*sa.peer];
 	ChildSa& c = sa.children[child];
-	const uint32_t new_in = host_.allocate_spi();
+	const std::optional<uint32_t> spi = host_.allocate_spi();
+	if (!spi) {
+		// The SA table is full: the old CHILD_SA serves on; try again later.
+		log_limited("peer " + pol.name + ": CHILD_SA rekey postponed: the SA table is full");
+		c.rekey_at = now + seconds(60);
+		return false;
+	}
+	const uint32_t new_in = *spi;
 	std::vector<uint8_t> ni = random_nonce();
 	// Section 1.3.3: REKEY_SA names the SPI we receive the old CHILD_SA with.
 	NotifyPayload rekey = make_notify(notify::rekey_sa);
@@ -286,6 +316,7 @@ void Engine::start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now, s
 	sa.pending->new_spi_in = new_in;
 	sa.pending->nonce = std::move(ni);
 	sa.pending->dh = std::move(dh);
+	return true;
 }
 
 void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::vector<Payload>& inner,
@@ -338,8 +369,8 @@ void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::ve
 				host_.log("peer " + pol.name + ": the peer wants group " +
 				          std::string(dh_name(*it->pfs)) +
 				          " for the CHILD_SA rekey; trying again");
-				start_child_rekey(sa, size_t(old - sa.children.data()), now, it->pfs);
-				sa.pending->ke_retried = true;
+				if (start_child_rekey(sa, size_t(old - sa.children.data()), now, it->pfs))
+					sa.pending->ke_retried = true;
 				return;
 			}
 		}
@@ -366,7 +397,12 @@ void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::ve
 	const ChildKeys keys =
 	    child_keys(sa, choice->cipher, choice->esn, req.new_spi_in, choice->peer_spi, true, req.nonce,
 	               nonce->data, g_ir ? *g_ir : std::vector<uint8_t>{});
-	host_.install_child(*sa.peer, keys, !collision);
+	if (!host_.install_child(*sa.peer, keys, !collision)) {
+		// The peer has installed its half: ask it to delete that, keep the old one.
+		sa.delete_queue.push_back(req.new_spi_in);
+		if (old) old->rekey_at = now + seconds(60);
+		return;
+	}
 	ChildSa rec = child_record(keys, !collision, true, req.nonce, nonce->data, tsi->selectors,
 	                           tsr->selectors, pol.child_rekey_s, now);
 	rec.replaces = old ? req.old_spi_in : 0;

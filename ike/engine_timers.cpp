@@ -7,81 +7,123 @@ namespace esptun::ike {
 // ---- timers and teardown -------------------------------------------------------
 
 void Engine::tick(Clock::time_point now) {
+	// Each IKE SA's timers on their own: one that throws closes only itself.
 	for (auto& [spi, owned] : sas_) {
 		IkeSa& sa = *owned;
 		if (sa.state == IkeSa::State::closed) continue;
-		if (sa.state == IkeSa::State::responder_init && now - sa.created >= kHalfOpenTimeout) {
-			sa.state = IkeSa::State::closed; // never authenticated: nothing to tell anyone
-			continue;
+		std::string what;
+		try {
+			tick_sa(sa, now);
+		} catch (const std::exception& e) {
+			what = e.what();
+		} catch (...) {
+			what = "unknown exception";
 		}
-		if (sa.pending && now >= sa.pending->next) {
-			PendingRequest& p = *sa.pending;
-			if (p.tries >=
-			    (p.kind == RequestKind::liveness ? kLivenessRetransmits : kMaxRetransmits)) {
-				const bool liveness = p.kind == RequestKind::liveness;
-				close(sa,
-				      liveness ? "the peer is dead: no answer to liveness checks"
-				               : "no answer from " + endpoint_text(sa.remote),
-				      p.kind != RequestKind::del_ike, now);
-				continue;
-			}
-			p.tries++;
-			if (p.kind != RequestKind::liveness)
-				p.interval *= 2; // liveness checks keep their pace
-			p.next = now + p.interval;
-			counters_.retransmits++;
-			host_.send(sa.via, sa.remote, p.bytes);
-			counters_.sent++;
-			continue;
-		}
-		if (sa.state == IkeSa::State::established && sa.behind_nat && !sa.rekeyed &&
-		    now >= sa.next_keepalive) {
-			// Behind a NAT: keep its mapping open for the peer's packets, also
-			// when we have nothing to send (RFC 3948 section 2.3).
-			host_.send_keepalive(sa.remote);
-			sa.next_keepalive = now + kKeepaliveInterval;
-		}
-		if (sa.state == IkeSa::State::established && !sa.pending && sa.peer && !sa.rekeyed) {
-			if (!sa.delete_queue.empty()) {
-				send_child_deletes(sa, now);
-				continue;
-			}
-			if (sa.rekey_at != Clock::time_point{} && now >= sa.rekey_at) {
-				start_ike_rekey(sa, now);
-				continue;
-			}
-			bool rekeying = false;
-			for (size_t i = 0; i < sa.children.size() && !rekeying; i++) {
-				const ChildSa& c = sa.children[i];
-				if (c.sending && !c.successor_in && !c.deleting &&
-				    c.rekey_at != Clock::time_point{} && now >= c.rekey_at) {
-					start_child_rekey(sa, i, now);
-					rekeying = true;
-				}
-			}
-			if (rekeying) continue;
-			const uint32_t dpd = peers_[*sa.peer].dpd_interval_s;
-			if (dpd == 0) continue;
-			Clock::time_point last = sa.last_heard;
-			if (auto esp = host_.last_esp_rx(*sa.peer); esp && *esp > last) last = *esp;
-			if (now - last < seconds(dpd)) continue;
-			// Liveness check (section 2.4): an empty INFORMATIONAL request,
-			// retransmitted at a quarter of the interval so a dead peer is
-			// noticed within about two intervals.
-			send_request(sa, Exchange::informational, {}, now);
-			sa.pending->kind = RequestKind::liveness;
-			sa.pending->interval = seconds(std::max<uint32_t>(1, dpd / 4));
-			sa.pending->next = now + sa.pending->interval;
+		if (what.empty()) continue;
+		counters_.internal_errors++;
+		try {
+			log_limited(peer_label(sa) + ": timer ended by an internal error: " + what);
+			close(sa, "internal error: " + what, true, now);
+		} catch (...) {
+			sa.state = IkeSa::State::closed; // sweep() removes what it holds
 		}
 	}
-	sweep();
+	try {
+		sweep();
+	} catch (...) {
+		counters_.internal_errors++; // what is left is swept again on the next tick
+	}
 	for (size_t i = 0; i < peers_.size(); i++) {
 		if (restart_at_[i] == Clock::time_point{} || now < restart_at_[i]) continue;
 		const bool active = std::any_of(sas_.begin(), sas_.end(), [&](const auto& kv) {
 			return kv.second->peer == i && kv.second->state != IkeSa::State::closed;
 		});
 		restart_at_[i] = {};
-		if (!active) initiate(i, now);
+		if (active) continue;
+		try {
+			initiate(i, now);
+		} catch (const std::exception& e) {
+			counters_.internal_errors++;
+			log_limited("peer " + peers_[i].name + ": cannot initiate: " + e.what());
+			restart_at_[i] = now + seconds(restart_backoff_s_[i]);
+		}
+	}
+}
+
+/**
+ * tick_sa() - the timers of one IKE SA
+ * @sa:  not closed
+ * @now: the time
+ *
+ * Retires an IKE SA the peer rekeyed once its grace is over, then at most
+ * one of: retransmission, NAT keepalive, a queued delete, a rekey, a
+ * liveness check. May throw; tick() then closes @sa alone.
+ */
+void Engine::tick_sa(IkeSa& sa, Clock::time_point now) {
+	if (sa.rekeyed && sa.retire_at != Clock::time_point{} && now >= sa.retire_at) {
+		// Section 2.18 leaves deleting the old IKE SA to the peer that rekeyed
+		// it; one that never does must not keep it (and its keys) forever.
+		close(sa, "rekeyed by the peer, which did not delete it", false, now, true);
+		return;
+	}
+	if (sa.state == IkeSa::State::responder_init && now - sa.created >= kHalfOpenTimeout) {
+		sa.state = IkeSa::State::closed; // never authenticated: nothing to tell anyone
+		return;
+	}
+	if (sa.pending && now >= sa.pending->next) {
+		PendingRequest& p = *sa.pending;
+		if (p.tries >= (p.kind == RequestKind::liveness ? kLivenessRetransmits : kMaxRetransmits)) {
+			const bool liveness = p.kind == RequestKind::liveness;
+			close(sa,
+			      liveness ? "the peer is dead: no answer to liveness checks"
+			               : "no answer from " + endpoint_text(sa.remote),
+			      p.kind != RequestKind::del_ike, now);
+			return;
+		}
+		p.tries++;
+		if (p.kind != RequestKind::liveness) p.interval *= 2; // liveness checks keep their pace
+		p.next = now + p.interval;
+		counters_.retransmits++;
+		host_.send(sa.via, sa.remote, p.bytes);
+		counters_.sent++;
+		return;
+	}
+	if (sa.state == IkeSa::State::established && sa.behind_nat && !sa.rekeyed &&
+	    now >= sa.next_keepalive) {
+		// Behind a NAT: keep its mapping open for the peer's packets, also
+		// when we have nothing to send (RFC 3948 section 2.3).
+		host_.send_keepalive(sa.remote);
+		sa.next_keepalive = now + kKeepaliveInterval;
+	}
+	if (sa.state == IkeSa::State::established && !sa.pending && sa.peer && !sa.rekeyed) {
+		if (!sa.delete_queue.empty()) {
+			send_child_deletes(sa, now);
+			return;
+		}
+		if (sa.rekey_at != Clock::time_point{} && now >= sa.rekey_at) {
+			start_ike_rekey(sa, now);
+			return;
+		}
+		bool rekeying = false;
+		for (size_t i = 0; i < sa.children.size() && !rekeying; i++) {
+			const ChildSa& c = sa.children[i];
+			if (c.sending && !c.successor_in && !c.deleting &&
+			    c.rekey_at != Clock::time_point{} && now >= c.rekey_at)
+				rekeying = start_child_rekey(sa, i, now);
+		}
+		if (rekeying) return;
+		const uint32_t dpd = peers_[*sa.peer].dpd_interval_s;
+		if (dpd == 0) return;
+		Clock::time_point last = sa.last_heard;
+		if (auto esp = host_.last_esp_rx(*sa.peer); esp && *esp > last) last = *esp;
+		if (now - last < seconds(dpd)) return;
+		// Liveness check (section 2.4): an empty INFORMATIONAL request,
+		// retransmitted at a quarter of the interval so a dead peer is
+		// noticed within about two intervals.
+		send_request(sa, Exchange::informational, {}, now);
+		sa.pending->kind = RequestKind::liveness;
+		sa.pending->interval = seconds(std::max<uint32_t>(1, dpd / 4));
+		sa.pending->next = now + sa.pending->interval;
 	}
 }
 

@@ -323,25 +323,41 @@ std::optional<Endpoint> IkeService::local_endpoint(ike::Port via, const Endpoint
 	return local;
 }
 
-uint32_t IkeService::allocate_spi() { return table_.allocate_spi(); }
+// The engine refuses the exchange (and logs it, rate-limited) when this is nullopt.
+std::optional<uint32_t> IkeService::allocate_spi() { return table_.try_allocate_spi(); }
 
 void IkeService::release_spi(uint32_t spi) { table_.release_spi(spi); }
 
-void IkeService::install_child(size_t peer, const ike::ChildKeys& keys, bool replace_out) {
+bool IkeService::install_child(size_t peer, const ike::ChildKeys& keys, bool replace_out) {
 	tunnel::Peer& p = *table_peers_[peer];
 	tunnel::ChildSaKeys in{keys.spi_in,  keys.cipher, keys.enc_in,
 	                       keys.auth_in, keys.esn,    replay_windows_[peer]};
 	tunnel::ChildSaKeys out{keys.spi_out, keys.cipher, keys.enc_out, keys.auth_out, keys.esn, 0};
+	// Called from inside the engine: nothing may escape into io.run(). A
+	// half-done install is undone, so the engine's refusal leaves no slot taken.
+	bool inbound = false;
 	try {
 		table_.install_inbound(p, in);
+		inbound = true;
 		p.set_endpoint(keys.remote);
 		if (replace_out)
 			table_.install_outbound(p, out);
 		else
 			pending_out_[keys.spi_in] = std::move(out);
+		return true;
 	} catch (const std::exception& e) {
 		log::error("peer " + p.name + ": cannot install the CHILD_SA: " + e.what());
 	}
+	try {
+		pending_out_.erase(keys.spi_in);
+		if (inbound)
+			table_.remove_inbound(keys.spi_in);
+		else
+			table_.release_spi(keys.spi_in);
+	} catch (const std::exception& e) {
+		log::error("peer " + p.name + ": cannot undo the failed CHILD_SA install: " + e.what());
+	}
+	return false;
 }
 
 void IkeService::switch_outbound(size_t peer, uint32_t spi_in) {
@@ -423,6 +439,8 @@ void IkeService::write_status(JsonWriter& j) const {
 	j.field("retransmits", c.retransmits);
 	j.field("half_open_dropped", c.half_open_dropped);
 	j.field("logs_suppressed", c.logs_suppressed);
+	j.field("sa_refused", c.sa_refused);
+	j.field("internal_errors", c.internal_errors);
 	j.field("inbox_dropped", inbox_.dropped());
 	j.field("inbox_too_big", inbox_.too_big());
 	j.field("send_errors", send_errors_);

@@ -50,9 +50,9 @@ public:
 	// ike::Host
 	void send(ike::Port via, const Endpoint& to, std::span<const uint8_t> msg) override;
 	std::optional<Endpoint> local_endpoint(ike::Port via, const Endpoint& to) override;
-	uint32_t allocate_spi() override;
+	std::optional<uint32_t> allocate_spi() override;
 	void release_spi(uint32_t spi) override;
-	void install_child(size_t peer, const ike::ChildKeys& keys, bool replace_out) override;
+	bool install_child(size_t peer, const ike::ChildKeys& keys, bool replace_out) override;
 	void switch_outbound(size_t peer, uint32_t spi_in) override;
 	void remove_child(size_t peer, uint32_t spi_in, uint32_t spi_out) override;
 	std::optional<ike::Clock::time_point> last_esp_rx(size_t peer) override;

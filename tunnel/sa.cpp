@@ -177,6 +177,12 @@ void SaTable::enter(size_t worker) const noexcept {
 }
 
 uint32_t SaTable::allocate_spi() {
+	if (std::optional<uint32_t> spi = try_allocate_spi()) return *spi;
+	throw std::runtime_error("no inbound SPI left: all " + std::to_string(kSpiSlots) +
+	                         " run-time SA slots are installed or reserved");
+}
+
+std::optional<uint32_t> SaTable::try_allocate_spi() {
 	std::lock_guard lock(control_);
 	const size_t start = random_() % kSpiSlots;
 	for (size_t i = 0; i < kSpiSlots; i++) {
@@ -194,8 +200,7 @@ uint32_t SaTable::allocate_spi() {
 			return spi;
 		}
 	}
-	throw std::runtime_error("no inbound SPI left: all " + std::to_string(kSpiSlots) +
-	                         " run-time SA slots are installed or reserved");
+	return std::nullopt;
 }
 
 bool SaTable::release_spi(uint32_t spi) {

@@ -316,6 +316,10 @@ public:
 	 */
 	uint32_t allocate_spi();
 
+	/// try_allocate_spi() - allocate_spi(), but nullopt when all slots are
+	/// taken: a full table is a refused negotiation, not an error to unwind.
+	std::optional<uint32_t> try_allocate_spi();
+
 	/// release_spi() - free a reservation that was never installed.
 	/// Return: false when @spi is not reserved (unknown, or installed).
 	bool release_spi(uint32_t spi);

@@ -33,7 +33,9 @@ struct FakeHost : Host {
 	std::vector<std::string> logs;
 	std::optional<Clock::time_point> esp_rx;
 
+	std::optional<Endpoint> fail_send_to; ///< send() to it throws, as a failing host might
 	void send(Port via, const Endpoint& to, std::span<const uint8_t> msg) override {
+		if (fail_send_to && to == *fail_send_to) throw std::runtime_error("the host cannot send now");
 		out.push_back({via, to, {msg.begin(), msg.end()}});
 	}
 	std::optional<Endpoint> nat_inside; ///< set: we sit behind a NAT, this is our own address
@@ -47,12 +49,17 @@ struct FakeHost : Host {
 		CHECK(to.port == 4500);
 		keepalives++;
 	}
-	uint32_t allocate_spi() override {
+	/// Models a full SA table: at most this many SPIs reserved or installed.
+	size_t spi_limit = SIZE_MAX;
+	bool throw_on_install = false; ///< install_child() throws, as a failing host might
+	std::optional<uint32_t> allocate_spi() override {
+		if (reserved.size() + installed.size() >= spi_limit) return std::nullopt;
 		reserved.insert(next_spi);
 		return next_spi++;
 	}
 	void release_spi(uint32_t spi) override { reserved.erase(spi); }
-	void install_child(size_t, const ChildKeys& k, bool replace_out) override {
+	bool install_child(size_t, const ChildKeys& k, bool replace_out) override {
+		if (throw_on_install) throw std::runtime_error("the host cannot install SAs now");
 		REQUIRE(reserved.count(k.spi_in) == 1);
 		reserved.erase(k.spi_in);
 		installed[k.spi_in] = k;
@@ -60,6 +67,7 @@ struct FakeHost : Host {
 			current_out = k.spi_out;
 		else
 			parked[k.spi_in] = k;
+		return true;
 	}
 	void switch_outbound(size_t, uint32_t spi_in) override {
 		REQUIRE(parked.count(spi_in) == 1);

@@ -148,6 +148,7 @@ TEST_CASE("allocate_spi: unique, >= 256, never static; release frees; a full tab
 	CHECK(spis.size() == tunnel::SaTable::kSpiSlots);
 	CHECK(slots.size() == tunnel::SaTable::kSpiSlots);
 	CHECK_THROWS_AS(t.allocate_spi(), std::runtime_error);
+	CHECK(!t.try_allocate_spi()); // the IKE service's path: a refusal, not an exception
 	CHECK(t.find_inbound(static_spi) == t.peers()[0]->in.get()); // static SPIs are unaffected
 
 	const uint32_t some = *spis.begin();
@@ -158,6 +159,7 @@ TEST_CASE("allocate_spi: unique, >= 256, never static; release frees; a full tab
 	CHECK((again & (tunnel::SaTable::kSpiSlots - 1)) == (some & (tunnel::SaTable::kSpiSlots - 1)));
 	CHECK(again >= tunnel::SaTable::kMinSpi);
 	CHECK_THROWS_AS(t.allocate_spi(), std::runtime_error);
+	CHECK(!t.try_allocate_spi());
 
 	// An installed SPI is not a reservation; removing it frees its slot.
 	test::Rng rng(3);
