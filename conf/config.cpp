@@ -126,6 +126,7 @@ Config Loader::load(std::string_view text) {
 
 	if (const toml::node* n = root.get("peer")) parse_peers(*n);
 	check_role(tunnel_line_ > 0 ? tunnel_line_ : 1);
+	check_key_reuse();
 	return std::move(config_);
 }
 
@@ -647,6 +648,33 @@ std::vector<uint8_t> Loader::parse_key(const toml::table& t, int table_line, std
 		fail(line, what + " is " + std::to_string(key.size()) + " bytes, but cipher " + q(spec.name) +
 		               " needs " + size_text);
 	return key;
+}
+
+void Loader::check_key_reuse() const {
+	// One static key, one SA: in both directions or in two SAs, AES-GCM would
+	// seal with the same nonces from two counters (RFC 4106 section 8.1), and
+	// one side's packets could be replayed as the other's. The message names
+	// the SAs, never the key.
+	struct Use {
+		const PeerConfig* peer;
+		const char* dir;
+		const SaConfig* sa;
+	};
+	std::vector<Use> seen;
+	for (const PeerConfig& peer : config_.peers) {
+		if (peer.ike) continue;
+		for (const auto& [dir, sa] : {std::pair{"out", &peer.out}, std::pair{"in", &peer.in}}) {
+			for (const Use& u : seen)
+				if (u.sa->enc_key == sa->enc_key && u.sa->auth_key == sa->auth_key)
+					fail(peer.line,
+					     "peer " + q(peer.name) + " [peer." + dir +
+					         "] uses the same key as peer " + q(u.peer->name) +
+					         " [peer." + u.dir + "] (line " +
+					         std::to_string(u.peer->line) +
+					         "); give every SA its own key (e.g. openssl rand -hex 20)");
+			seen.push_back({&peer, dir, sa});
+		}
+	}
 }
 
 void Loader::check_role(int top_line) {

@@ -121,7 +121,7 @@ struct TunnelConfig {
 	uint32_t wake_poll_us = kDefaultWakePollUs;
 	std::string control_socket; ///< default /run/esptun/<interface>.sock
 	/// Where outbound sequence numbers are kept across restarts
-	/// (<state_dir>/<interface>.seq, service/seq_state.hpp)
+	/// (<state_dir>/esptun.seq, keyed by a fingerprint of each key: service/seq_state.hpp)
 	std::string state_dir = "/var/lib/esptun";
 	bool route_all = false; ///< client only: default route through the tunnel
 	/// UDP port for IKE_SA_INIT from initiators that start on port 500 (RFC

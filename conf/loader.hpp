@@ -99,6 +99,9 @@ private:
 	std::vector<uint8_t> parse_key(const toml::table& t, int table_line, std::string_view where,
 	                               std::string_view name, size_t want_len,
 	                               const crypto::CipherSpec& spec);
+	/// check_key_reuse() - refuse a static key used by two SAs (or both
+	/// directions), naming the peers and directions, never the key
+	void check_key_reuse() const;
 	void check_role(int top_line);
 
 	const std::string& source_;

@@ -1,9 +1,14 @@
-// SeqState: see seq_state.hpp. File format, one SA per line:
-//   <peer name> <outbound SPI, hex> <reserved: last number that may be used>
-// Lines starting with '#' are comments. Written atomically: a temporary file
-// in the same folder, fsync, rename, fsync of the folder.
+// SeqState: see seq_state.hpp. File format, one key per line:
+//   <key fingerprint, 64 hex digits> <reserved: last number that may be used>
+// Lines starting with '#' are comments. Every write holds an exclusive flock
+// on the folder while it reads, merges and replaces the file: a temporary
+// file in the same folder, fsync, rename, fsync of the folder.
 #include "service/seq_state.hpp"
 
+#include "crypto/hmac.hpp"
+
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,12 +16,22 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <sys/file.h>
 #include <unistd.h>
 
 namespace esptun::service {
 namespace {
 
-using Key = std::pair<std::string, uint32_t>;
+/// What to do about a state file esptun cannot trust. Never "delete it": an
+/// empty file would start every static key at 1 again.
+constexpr const char* kDamagedAdvice =
+    "; esptun cannot tell which sequence numbers its static keys have used, so it does not send "
+    "with them: restore the file from a backup, or configure new keys (and SPIs) for every "
+    "static peer, on both ends";
+constexpr const char* kAccessAdvice = " (give the service read and write access to [tunnel] state_dir)";
+
+/// The HMAC key that makes a fingerprint mean "a key in esptun's state file" only.
+constexpr char kFingerprintLabel[] = "esptun seq-state key fingerprint v1";
 
 std::string dir_of(const std::string& path) {
 	const size_t slash = path.rfind('/');
@@ -42,10 +57,108 @@ uint64_t ahead(uint64_t last, uint64_t margin, bool esn) {
 	return last >= cap - margin ? cap : last + margin;
 }
 
+/// read_text() - the file at @path into @out. Return: 0, or errno (ENOENT: none).
+int read_text(const std::string& path, std::string& out) {
+	std::ifstream in(path);
+	if (!in) return errno ? errno : EIO;
+	std::stringstream ss;
+	ss << in.rdbuf();
+	out = ss.str();
+	return 0;
+}
+
+/// DirLock - an exclusive flock on a folder, so writers of one state file
+/// (several endpoints with one state_dir) take turns.
+class DirLock {
+public:
+	explicit DirLock(const std::string& dir)
+	    : fd_(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+		if (fd_ < 0) return;
+		while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {}
+	}
+	~DirLock() {
+		if (fd_ >= 0) ::close(fd_); // releases the lock
+	}
+	DirLock(const DirLock&) = delete;
+	DirLock& operator=(const DirLock&) = delete;
+	int fd() const noexcept { return fd_; }
+
+private:
+	int fd_;
+};
+
+std::runtime_error damaged(const std::string& path, const std::string& what) {
+	return std::runtime_error("sequence state " + path + ": " + what + kDamagedAdvice);
+}
+
 } // namespace
 
-std::map<Key, uint64_t> parse_seq_state(const std::string& text) {
-	std::map<Key, uint64_t> out;
+std::string key_fingerprint(std::span<const uint8_t> enc_key, std::span<const uint8_t> auth_key) {
+	const auto* label = reinterpret_cast<const uint8_t*>(kFingerprintLabel);
+	crypto::Hmac mac(crypto::HmacHash::sha256, {label, sizeof kFingerprintLabel - 1});
+	mac.begin();
+	for (std::span<const uint8_t> part : {enc_key, auth_key}) {
+		// Each key behind its length, so (enc, auth) pairs cannot be shifted into each other.
+		const std::array<uint8_t, 4> len{uint8_t(part.size() >> 24), uint8_t(part.size() >> 16),
+		                                 uint8_t(part.size() >> 8), uint8_t(part.size())};
+		mac.update(len);
+		mac.update(part);
+	}
+	std::array<uint8_t, 32> out{};
+	mac.finish(out);
+	std::string hex;
+	for (uint8_t b : out) {
+		char two[3];
+		std::snprintf(two, sizeof two, "%02x", b);
+		hex += two;
+	}
+	return hex;
+}
+
+KeyFingerprints key_fingerprints(const std::vector<tunnel::PeerParams>& params) {
+	KeyFingerprints out;
+	for (const auto& p : params)
+		if (p.keyed_statically) out[p.name] = key_fingerprint(p.out.enc_key, p.out.auth_key);
+	return out;
+}
+
+std::string seq_state_file(const std::string& state_dir) { return state_dir + "/esptun.seq"; }
+
+std::string legacy_seq_state_file(const std::string& state_dir, const std::string& interface) {
+	return state_dir + "/" + interface + ".seq";
+}
+
+std::map<std::string, uint64_t> parse_seq_state(const std::string& text) {
+	std::map<std::string, uint64_t> out;
+	std::istringstream in(text);
+	int line_no = 0;
+	for (std::string line; std::getline(in, line);) {
+		line_no++;
+		if (line.empty() || line[0] == '#') continue;
+		const std::string at = "line " + std::to_string(line_no) + ": ";
+		std::istringstream ls(line);
+		std::string fp, seq_text, extra;
+		if (!(ls >> fp >> seq_text))
+			throw std::runtime_error(at + "want \"<key fingerprint> <sequence number>\"");
+		if (ls >> extra)
+			throw std::runtime_error(at + "an entry of the old \"<peer> <SPI> <number>\" format, "
+			                              "which belongs in <interface>.seq, not here");
+		if (fp.size() != 64 || !std::all_of(fp.begin(), fp.end(), [](char c) {
+			    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+		    }))
+			throw std::runtime_error(at + "bad key fingerprint (want 64 hex digits)");
+		char* end = nullptr;
+		errno = 0;
+		const unsigned long long seq = std::strtoull(seq_text.c_str(), &end, 10);
+		if (*end || errno || seq_text[0] == '-')
+			throw std::runtime_error(at + "bad sequence number " + seq_text);
+		out[fp] = seq;
+	}
+	return out;
+}
+
+std::map<std::pair<std::string, uint32_t>, uint64_t> parse_legacy_seq_state(const std::string& text) {
+	std::map<std::pair<std::string, uint32_t>, uint64_t> out;
 	std::istringstream in(text);
 	int line_no = 0;
 	for (std::string line; std::getline(in, line);) {
@@ -70,70 +183,97 @@ std::map<Key, uint64_t> parse_seq_state(const std::string& text) {
 	return out;
 }
 
-SeqState::SeqState(std::string path, tunnel::SaTable& table) : path_(std::move(path)), table_(table) {
-	std::map<Key, uint64_t> stored;
-	std::ifstream in(path_);
-	if (in) {
-		std::stringstream ss;
-		ss << in.rdbuf();
-		try {
-			stored = parse_seq_state(ss.str());
-		} catch (const std::exception& e) {
-			throw std::runtime_error("sequence state " + path_ + ": " + e.what() +
-			                         " (remove the file only if every peer restarts too)");
+SeqState::SeqState(std::string path, tunnel::SaTable& table, KeyFingerprints keys, const std::string& legacy)
+    : path_(std::move(path)), table_(table), keys_(std::move(keys)) {
+	std::map<std::string, uint64_t> stored;
+	std::map<std::pair<std::string, uint32_t>, uint64_t> old;
+	{
+		DirLock lock(dir_of(path_));
+		std::string text;
+		if (const int err = read_text(path_, text); err == 0) {
+			try {
+				stored = parse_seq_state(text);
+			} catch (const std::exception& e) {
+				throw damaged(path_, e.what());
+			}
+		} else if (err != ENOENT) {
+			throw std::runtime_error("sequence state " + path_ + ": " + std::strerror(err) +
+			                         kAccessAdvice);
 		}
-	} else if (errno != ENOENT) {
-		throw std::runtime_error("sequence state " + path_ + ": " + std::strerror(errno));
+		if (!legacy.empty()) {
+			if (const int err = read_text(legacy, text); err == 0) {
+				try {
+					old = parse_legacy_seq_state(text);
+				} catch (const std::exception& e) {
+					throw damaged(legacy, e.what());
+				}
+			} else if (err != ENOENT) {
+				throw std::runtime_error("sequence state " + legacy + ": " +
+				                         std::strerror(err) + kAccessAdvice);
+			}
+		}
 	}
+	std::map<std::string, std::string> owner; // fingerprint -> peer, to catch a shared key
 	for (const auto& peer : table_.peers()) {
 		if (!peer->keyed_statically) continue; // fresh keys, fresh numbers: nothing to resume
+		const auto fp = keys_.find(peer->name);
+		if (fp == keys_.end())
+			throw std::runtime_error("sequence state " + path_ +
+			                         ": no key fingerprint for peer " + peer->name);
+		if (auto [it, fresh] = owner.emplace(fp->second, peer->name); !fresh)
+			throw std::runtime_error("peers " + it->second + " and " + peer->name +
+			                         " send with the same key; give each SA its own key");
 		tunnel::OutboundSa& sa = peer->out;
-		const Key key{peer->name, sa.spi};
-		const auto it = stored.find(key);
-		const uint64_t last = it == stored.end() ? 0 : it->second;
+		const auto s = stored.find(fp->second);
+		const auto o = old.find({peer->name, sa.spi});
+		const uint64_t last =
+		    std::max(s == stored.end() ? 0 : s->second, o == old.end() ? 0 : o->second);
 		sa.next_seq = last + 1;
 		sa.last_seq.store(last, std::memory_order_relaxed);
 		resumed_[peer->name] = sa.next_seq;
-		reserved_[key] = ahead(last, kMargin, sa.esn);
+		reserved_[fp->second] = ahead(last, kMargin, sa.esn);
 	}
-	if (!write(reserved_)) throw std::runtime_error("sequence state " + path_ + ": " + error_);
+	if (!write(reserved_, Merge::raise))
+		throw std::runtime_error("sequence state " + path_ + ": " + error_);
+	// Read once: from now on the reservations live in the new file only.
+	if (!legacy.empty() && !old.empty()) (void)::rename(legacy.c_str(), (legacy + ".migrated").c_str());
 	publish_limits();
 }
 
 void SeqState::publish_limits() {
 	for (const auto& peer : table_.peers())
 		if (peer->keyed_statically)
-			peer->out.seq_limit.store(reserved_.at({peer->name, peer->out.spi}),
+			peer->out.seq_limit.store(reserved_.at(keys_.at(peer->name)),
 			                          std::memory_order_release);
 }
 
 bool SeqState::refresh() {
-	std::map<Key, uint64_t> want = reserved_;
-	bool grow = false;
+	std::map<std::string, uint64_t> want = reserved_;
+	std::map<std::string, uint64_t> grown; // only these are written: the rest is unchanged
 	for (const auto& peer : table_.peers()) {
 		if (!peer->keyed_statically) continue;
 		const tunnel::OutboundSa& sa = peer->out;
 		const uint64_t last = sa.last_seq.load(std::memory_order_relaxed);
-		uint64_t& r = want[{peer->name, sa.spi}];
+		uint64_t& r = want[keys_.at(peer->name)];
 		if (r - std::min(r, last) < kMargin / 2 && ahead(last, kMargin, sa.esn) > r) {
 			r = ahead(last, kMargin, sa.esn);
-			grow = true;
+			grown[keys_.at(peer->name)] = r;
 		}
 	}
-	if (!grow) return true;
-	if (!write(want)) return false; // durable first: only then may the data path go further
+	if (grown.empty()) return true;
+	if (!write(grown, Merge::raise))
+		return false; // durable first: only then may the data path go further
 	reserved_ = std::move(want);
 	publish_limits();
 	return true;
 }
 
 bool SeqState::save_exact() {
-	std::map<Key, uint64_t> exact;
+	std::map<std::string, uint64_t> exact;
 	for (const auto& peer : table_.peers())
 		if (peer->keyed_statically)
-			exact[{peer->name, peer->out.spi}] =
-			    peer->out.last_seq.load(std::memory_order_relaxed);
-	return write(exact);
+			exact[keys_.at(peer->name)] = peer->out.last_seq.load(std::memory_order_relaxed);
+	return write(exact, Merge::exact);
 }
 
 uint64_t SeqState::resumed_at(const std::string& peer) const {
@@ -141,32 +281,56 @@ uint64_t SeqState::resumed_at(const std::string& peer) const {
 	return it == resumed_.end() ? 0 : it->second;
 }
 
-bool SeqState::write(const std::map<Key, uint64_t>& reserved) {
-	std::string text = "# esptun outbound sequence numbers: <peer> <SPI> <last that may have been used>\n"
-	                   "# Written by esptun; a restart resumes above these. Do not edit.\n";
-	for (const auto& [key, seq] : reserved) {
-		char spi[16];
-		std::snprintf(spi, sizeof spi, "0x%08x", key.second);
-		text += key.first + " " + spi + " " + std::to_string(seq) + "\n";
-	}
+bool SeqState::write(const std::map<std::string, uint64_t>& mine, Merge how) {
 	const std::string tmp = path_ + ".tmp";
-	auto fail = [&](const char* what, int err) {
-		error_ = std::string(what) + " " + tmp + ": " + std::strerror(err);
+	auto fail = [&](const std::string& what, int err) {
+		error_ = what + ": " + std::strerror(err) + kAccessAdvice;
 		::unlink(tmp.c_str());
 		return false;
 	};
+	DirLock lock(dir_of(path_));
+	if (lock.fd() < 0) return fail("open folder " + dir_of(path_), errno);
+	std::map<std::string, uint64_t> all;
+	std::string text;
+	if (const int err = read_text(path_, text); err == 0) {
+		try {
+			all = parse_seq_state(text);
+		} catch (const std::exception& e) {
+			error_ = std::string(e.what()) + kDamagedAdvice;
+			return false;
+		}
+	} else if (err != ENOENT) {
+		return fail("read " + path_, err);
+	}
+	for (const auto& [fp, seq] : mine) {
+		auto [it, fresh] = all.emplace(fp, seq);
+		if (fresh) continue;
+		if (how == Merge::raise) {
+			// Another process got further with this key: keep its number, and
+			// change it by one so its save_exact() sees it is no longer alone.
+			if (seq > it->second)
+				it->second = seq;
+			else if (seq < it->second)
+				it->second++;
+		} else {
+			// Lower to the exact number only where the file still holds our
+			// own reservation: anything else was raised by another process.
+			const auto ours = reserved_.find(fp);
+			if (ours != reserved_.end() && it->second == ours->second) it->second = seq;
+		}
+	}
+	text = "# esptun outbound sequence numbers of static SAs: <key fingerprint> <last that may have "
+	       "been used>\n# Written by esptun; a restart resumes above these. Do not edit.\n";
+	for (const auto& [fp, seq] : all)
+		text += fp + " " + std::to_string(seq) + "\n";
 	const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) return fail("open", errno);
+	if (fd < 0) return fail("open " + tmp, errno);
 	int err = write_all(fd, text);
 	if (!err && ::fsync(fd) != 0) err = errno;
 	if (::close(fd) != 0 && !err) err = errno;
-	if (err) return fail("write", err);
-	if (::rename(tmp.c_str(), path_.c_str()) != 0) return fail("rename to", errno);
-	const int dfd = ::open(dir_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		(void)::fsync(dfd); // the rename itself durable; best effort on odd file systems
-		::close(dfd);
-	}
+	if (err) return fail("write " + tmp, err);
+	if (::rename(tmp.c_str(), path_.c_str()) != 0) return fail("rename " + tmp + " to " + path_, errno);
+	(void)::fsync(lock.fd()); // the rename itself durable; best effort on odd file systems
 	error_.clear();
 	return true;
 }

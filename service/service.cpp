@@ -87,16 +87,22 @@ void log_crypto_choice(const conf::Config& config, const tunnel::SaTable& table)
 	}
 }
 
-/// The sequence state file in tc.state_dir (made 0700 if missing), resumed
-/// and reserved; logs where each resumed SA continues. Throws runtime_error.
-SeqState open_seq_state(const conf::TunnelConfig& tc, tunnel::SaTable& table) {
+/// The sequence state file in [tunnel] state_dir (made 0700 if missing),
+/// resumed and reserved; logs where each resumed SA continues. Throws runtime_error.
+SeqState open_seq_state(const conf::Config& config, tunnel::SaTable& table) {
+	const conf::TunnelConfig& tc = config.tunnel;
 	std::error_code ec;
 	if (std::filesystem::create_directories(tc.state_dir, ec))
 		std::filesystem::permissions(tc.state_dir, std::filesystem::perms::owner_all, ec);
 	if (ec)
 		throw std::runtime_error("state_dir " + tc.state_dir + ": " + ec.message() +
-		                         " (set [tunnel] state_dir to a writable folder)");
-	SeqState st(tc.state_dir + "/" + tc.interface + ".seq", table);
+		                         " (make it writable for the service; pointing state_dir at "
+		                         "another folder starts static keys at sequence number 1 again "
+		                         "unless esptun.seq moves with it)");
+	// One file per state_dir, keyed by the keys themselves: the interface
+	// name no longer decides which reservations a key finds.
+	SeqState st(seq_state_file(tc.state_dir), table, key_fingerprints(peer_params(config)),
+	            legacy_seq_state_file(tc.state_dir, tc.interface));
 	for (const auto& peer : table.peers())
 		if (st.resumed_at(peer->name) > 1)
 			log::info("peer " + peer->name + ": outbound sequence numbers resume at " +
@@ -123,7 +129,7 @@ SeqState prepare_sas(const conf::Config& config, tunnel::SaTable& table, Service
 	table.set_address_pool(address_pool(config));
 	info.crypto_impl = crypto::crypto_impl_name(config.tunnel.crypto_impl);
 	log_crypto_choice(config, table);
-	return open_seq_state(config.tunnel, table);
+	return open_seq_state(config, table);
 }
 
 /// Busy and wake polling only pay when someone else can run meanwhile: with

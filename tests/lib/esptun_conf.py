@@ -2,6 +2,8 @@
 # wire tests write them (one config file per endpoint, see the config contract).
 """Config writing for the wire tests."""
 
+import hashlib
+import hmac
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -130,6 +132,15 @@ def render(ep):
             else:
                 lines += [f'  enc_key = "{_hex(sa.enc)}"', f'  auth_key = "{_hex(sa.auth)}"']
     return "\n".join(lines) + "\n"
+
+
+def seq_fingerprint(sa):
+    """seq_fingerprint() - how esptun's sequence state file names the key of
+    a static SA (service/seq_state.cpp key_fingerprint()): HMAC-SHA256 under
+    a fixed label over the AES key and the HMAC key, each behind its 32-bit
+    big-endian length."""
+    msg = b"".join(len(k).to_bytes(4, "big") + k for k in (sa.enc, sa.auth))
+    return hmac.new(b"esptun seq-state key fingerprint v1", msg, hashlib.sha256).hexdigest()
 
 
 def sa_pair(cipher, spi_base=0x1000):

@@ -104,6 +104,7 @@ def start_case(rep, ctx, idx, case):
     ea.start()
     eb.start()
     A = Site(a, cfg_a.interface, ea, role_a, "A", "site-b")
+    A.out_keys = a_out  # to find its entry in the sequence state file
     B = Site(b, cfg_b.interface, eb, "gateway", "B", "site-a")
     for s in (A, B):
         netns.wait_until(lambda s=s: "tentative" not in s.ns.ip("-6", "addr", "show", "dev",
@@ -198,8 +199,11 @@ def check_restart(rep, tag, A, B):
     seq_file = st_a["seq_state"]["file"]
     with open(seq_file) as f:
         text = f.read()
-    line = next((ln for ln in text.splitlines() if ln.startswith("site-b ")), "")
-    reserved = int(line.split()[2]) if line else -1
+    # Entries are named by a fingerprint of the key, never by the key.
+    fp = conf.seq_fingerprint(A.out_keys)
+    line = next((ln for ln in text.splitlines() if ln.startswith(fp + " ")), "")
+    reserved = int(line.split()[1]) if line else -1
+    rep.check(A.out_keys.enc.hex() not in text, f"[{tag}] A's state file does not hold its key")
     rep.check(reserved >= pa["sa_out"]["last_seq"] and not st_a["seq_state"]["error"],
               f"[{tag}] A's state file reserves ahead of its last number ({reserved} >= "
               f"{pa['sa_out']['last_seq']})", text)

@@ -143,11 +143,14 @@ TEST_CASE("every cipher name from crypto::all_ciphers is accepted with keys of i
 		auto lines = gateway_lines();
 		lines.set(13, "cipher = \"" + std::string(spec.name) + "\"");
 		for (size_t n : {18, 22}) {
+			const unsigned seed = unsigned(n); // each direction its own key
 			if (spec.aead)
-				lines.set(n, "key = \"" + hex_key(spec.enc_key_len, 1) + "\"").set(n + 1, "");
+				lines.set(n, "key = \"" + hex_key(spec.enc_key_len, seed) + "\"")
+				    .set(n + 1, "");
 			else
-				lines.set(n, "enc_key = \"" + hex_key(spec.enc_key_len, 1) + "\"")
-				    .set(n + 1, "auth_key = \"" + hex_key(spec.auth_key_len, 2) + "\"");
+				lines.set(n, "enc_key = \"" + hex_key(spec.enc_key_len, seed) + "\"")
+				    .set(n + 1,
+				         "auth_key = \"" + hex_key(spec.auth_key_len, seed + 1) + "\"");
 		}
 		INFO(spec.name);
 		CHECK(parse_config(lines.text(), "test.toml", Role::gateway).peers[0].cipher == spec.id);
