@@ -222,20 +222,26 @@ def first_init_port(charon):
     return None
 
 
+def wait_esptun_established(rep, tag, A, who="esptun"):
+    """wait_esptun_established() - (ike, children, where) once A's status
+    shows the IKE SA of PEER established with a CHILD_SA; on a time-out a
+    failed check with the status and the log's tail, then TestError."""
+    try:
+        return netns.wait_until(lambda: esptun_established(A.ep), ESTABLISH_TIMEOUT, interval=0.1,
+                                what=f"{who}'s status to show the IKE SA established with a CHILD_SA")
+    except TestError as e:
+        st = A.ep.status_or_empty()
+        rep.check(False, f"[{tag}] {who}: IKE SA of {PEER!r} (peers[].ike or ike.sas[]) established "
+                  f"with a CHILD_SA within {ESTABLISH_TIMEOUT} s ({str(e).splitlines()[0]})",
+                  json.dumps({"peer": esptun_proc.peer(st, PEER), "ike": st.get("ike")})[:2000]
+                  + f"\nlog:\n{netns.tail(A.ep.log, 15)}")
+        raise
+
+
 def assert_established(rep, tag, case, A, B):
     """Both sides established; algorithms, selectors, ports; SPIs crosswise."""
     sw_ike, sw_child = B.charon.wait_established(ESTABLISH_TIMEOUT)
-    try:
-        e_ike, e_kids, where = netns.wait_until(lambda: esptun_established(A.ep),
-                                                ESTABLISH_TIMEOUT, interval=0.1,
-                                                what="esptun's status to show the IKE SA "
-                                                     "established with a CHILD_SA")
-    except TestError as e:
-        st = A.ep.status()
-        rep.check(False, f"[{tag}] esptun: IKE SA of {PEER!r} (peers[].ike or ike.sas[]) "
-                  f"state \"established\" with children[].spi_in/spi_out ({e})",
-                  json.dumps({"peer": esptun_proc.peer(st, PEER), "ike": st.get("ike")})[:2000])
-        raise
+    e_ike, e_kids, where = wait_esptun_established(rep, tag, A)
     sw_is_init = case["initiator"] == "strongswan"
     rep.check(sw_ike.state == "ESTABLISHED" and sw_ike.initiator == sw_is_init,
               f"[{tag}] strongSwan: IKE_SA ESTABLISHED as "

@@ -55,9 +55,10 @@ import strongswan  # noqa: E402
 import sw_pair  # noqa: E402
 import transfer as transfer_lib  # noqa: E402
 from netns import TestError  # noqa: E402
-from esptun_ike import PEER, esptun_established  # noqa: E402
+from esptun_ike import PEER  # noqa: E402
 from sw_pair import (  # noqa: E402
-    A_UL, B_UL, ESTABLISH_TIMEOUT, GCM_CHILD, GCM_IKE, PSK, XFER_TIMEOUT, ping, Site, start_pair)
+    A_UL, B_UL, ESTABLISH_TIMEOUT, GCM_CHILD, GCM_IKE, PSK, XFER_TIMEOUT, ping, Site, start_pair,
+    wait_esptun_established)
 
 # Charon as a road-warrior gateway. The client asks for RW_ALLOWED, charon
 # offers only RW_NET (RW_HOST on its lo) and a virtual IP of RW_POOL.
@@ -232,17 +233,7 @@ def run_roadwarrior_case(rep, ctx, idx, case):
 def rw_established(rep, tag, case, A, B, t0):
     """Both sides established; the virtual IP on the tun, in the client's
     status, in charon's SA and lease; DNS; selectors; SPIs crosswise."""
-    try:
-        e_ike, e_kids, where = netns.wait_until(lambda: esptun_established(A.ep),
-                                                ESTABLISH_TIMEOUT, interval=0.1,
-                                                what="esptun-client's status to show the IKE "
-                                                     "SA established with a CHILD_SA")
-    except TestError as e:
-        st = A.ep.status_or_empty()
-        rep.check(False, f"[{tag}] esptun-client: IKE SA of {PEER!r} established with a "
-                  f"CHILD_SA within {ESTABLISH_TIMEOUT} s ({str(e).splitlines()[0]})",
-                  f"ike: {json.dumps(st.get('ike'))[:2000]}\nlog:\n{netns.tail(A.ep.log, 15)}")
-        raise
+    e_ike, e_kids, where = wait_esptun_established(rep, tag, A, who="esptun-client")
     rep.check(str(e_ike.get("state", "")).lower() == "established" and bool(e_kids),
               f"[{tag}] esptun-client: IKE SA of {PEER!r} established "
               f"({time.monotonic() - t0:.2f} s after start), {len(e_kids)} CHILD_SA(s)")
