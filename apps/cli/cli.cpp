@@ -1,6 +1,8 @@
 // Command line for the gateway and the client: see cli.hpp.
 #include "apps/cli/cli.hpp"
 
+#include "apps/cli/keygen.hpp"
+
 #include "service/control.hpp"
 #include "service/log.hpp"
 #include "service/service.hpp"
@@ -9,6 +11,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 namespace esptun::cli {
 namespace {
@@ -25,9 +28,13 @@ void usage(FILE* out, const char* program, conf::Role role) {
 	std::fprintf(out,
 	             "usage: %s %s -c FILE [-v]   start the %s in the foreground\n"
 	             "       %s check -c FILE      validate FILE without touching any device\n"
-	             "       %s status -c FILE     print the running endpoint's counters as JSON\n"
-	             "FILE is a TOML config; see docs/examples/ and README.md.\n",
+	             "       %s status -c FILE     print the running endpoint's counters as JSON\n",
 	             program, verb, what, program, program);
+	keygen_usage(out, program);
+	std::fprintf(out,
+	             "       %s --version          print the version\n"
+	             "FILE is a TOML config; see docs/examples/ and README.md.\n",
+	             program);
 }
 
 /// Returns false (after printing why) when the arguments make no sense.
@@ -85,7 +92,15 @@ int cli_main(conf::Role role, int argc, char** argv) {
 			usage(stdout, program, role);
 			return 0;
 		}
+		if (!std::strcmp(argv[i], "--version")) {
+			std::printf("%s %s\n", program, ESPTUN_VERSION);
+			return 0;
+		}
 	}
+	// Key generation needs no config and touches nothing: its own arguments.
+	if (argc >= 2 && (!std::strcmp(argv[1], "genkey") || !std::strcmp(argv[1], "genpsk") ||
+	                  !std::strcmp(argv[1], "genpair")))
+		return keygen_main(argv[1], std::vector<std::string>(argv + 2, argv + argc), program);
 	Args args;
 	if (!parse_args(argc, argv, role, args)) {
 		usage(stderr, program, role);

@@ -1,0 +1,211 @@
+// Key generation commands: see keygen.hpp.
+//
+// Everything printed is TOML the loader takes as it is: keys as "0x" and hex
+// (the form conf/ requires), one line per key, so an operator pastes the
+// block into [peer.out] / [peer.in] or writes it to a key file. Randomness
+// comes from getrandom(2), the kernel's CSPRNG, and every buffer holding a
+// key is wiped before it is freed.
+#include "apps/cli/keygen.hpp"
+
+#include "crypto/esp_transform.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <sys/random.h>
+
+namespace esptun::cli {
+namespace {
+
+/// PSKs: 32 random bytes, as much as the strongest PRF (SHA-512's block aside)
+/// can use; RFC 7296 section 2.15 asks for a key as strong as the PRF's.
+constexpr size_t kPskBytes = 32;
+/// SPIs below 256 are reserved by IANA (RFC 4303 section 2.1).
+constexpr uint32_t kMinSpi = 0x100;
+
+/// Secret - a byte buffer of fixed size that is wiped when it goes away.
+class Secret {
+public:
+	explicit Secret(size_t n) : bytes_(n) {}
+	~Secret() { wipe(bytes_.data(), bytes_.size()); }
+	Secret(const Secret&) = delete;
+	Secret& operator=(const Secret&) = delete;
+	uint8_t* data() noexcept { return bytes_.data(); }
+	size_t size() const noexcept { return bytes_.size(); }
+	const std::vector<uint8_t>& bytes() const noexcept { return bytes_; }
+
+	/// wipe() - zeroes @n bytes at @p in a way the compiler may not drop
+	static void wipe(void* p, size_t n) noexcept {
+		std::memset(p, 0, n);
+		asm volatile("" : : "r"(p) : "memory");
+	}
+
+private:
+	std::vector<uint8_t> bytes_;
+};
+
+/// fill_random() - @n bytes from getrandom(2); throws when the kernel refuses
+void fill_random(uint8_t* out, size_t n) {
+	size_t done = 0;
+	while (done < n) {
+		const ssize_t r = ::getrandom(out + done, n - done, 0);
+		if (r < 0) {
+			if (errno == EINTR) continue;
+			throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+		}
+		done += size_t(r);
+	}
+}
+
+/// hex_text() - "0x" and the bytes of @b in lower-case hex
+std::string hex_text(const std::vector<uint8_t>& b) {
+	static constexpr char kDigits[] = "0123456789abcdef";
+	std::string s = "0x";
+	s.reserve(2 + 2 * b.size());
+	for (uint8_t v : b) {
+		s += kDigits[v >> 4];
+		s += kDigits[v & 15];
+	}
+	return s;
+}
+
+/// random_spi() - an SPI outside the reserved range, different from @avoid
+uint32_t random_spi(uint32_t avoid = 0) {
+	for (;;) {
+		uint32_t v = 0;
+		fill_random(reinterpret_cast<uint8_t*>(&v), sizeof v);
+		if (v >= kMinSpi && v != avoid) return v;
+	}
+}
+
+/// SaKeys - the key lines of one static SA, as TOML.
+struct SaKeys {
+	uint32_t spi = 0;
+	std::string lines; ///< `key = "0x.."` or `enc_key = ..` and `auth_key = ..`
+
+	~SaKeys() { Secret::wipe(lines.data(), lines.size()); }
+};
+
+/// make_sa_keys() - fresh keys of @spec's lengths as the TOML lines of one SA
+void make_sa_keys(const crypto::CipherSpec& spec, SaKeys& out) {
+	Secret enc(spec.enc_key_len);
+	fill_random(enc.data(), enc.size());
+	std::string enc_hex = hex_text(enc.bytes());
+	if (spec.aead) {
+		out.lines = "key = \"" + enc_hex + "\"\n";
+	} else {
+		Secret auth(spec.auth_key_len);
+		fill_random(auth.data(), auth.size());
+		std::string auth_hex = hex_text(auth.bytes());
+		out.lines = "enc_key = \"" + enc_hex + "\"\nauth_key = \"" + auth_hex + "\"\n";
+		Secret::wipe(auth_hex.data(), auth_hex.size());
+	}
+	Secret::wipe(enc_hex.data(), enc_hex.size());
+}
+
+/// cipher_names() - the suites' config names, for messages
+std::string cipher_names() {
+	std::string s;
+	for (const crypto::CipherSpec& c : crypto::all_ciphers())
+		s += (s.empty() ? "" : ", ") + std::string(c.name);
+	return s;
+}
+
+/// spi_text() - @spi as the loader reads it ("0x3001")
+std::string spi_text(uint32_t spi) {
+	char buf[16];
+	std::snprintf(buf, sizeof buf, "0x%x", spi);
+	return buf;
+}
+
+/// print_block() - one [peer.out]/[peer.in] half with its SPI and key lines
+void print_block(const char* table, const char* comment, const SaKeys& sa) {
+	std::printf("  [%s]  # %s\n  spi = %s\n", table, comment, spi_text(sa.spi).c_str());
+	// Indent every key line like the rest of the block.
+	size_t at = 0;
+	while (at < sa.lines.size()) {
+		const size_t nl = sa.lines.find('\n', at);
+		std::fwrite("  ", 1, 2, stdout);
+		std::fwrite(sa.lines.data() + at, 1, nl - at + 1, stdout);
+		at = nl + 1;
+	}
+}
+
+/// genpair() - both ends of one static link: the SA A sends with is the one B
+/// receives with, and the other way round, each with its own key and SPI
+void genpair(const crypto::CipherSpec& spec) {
+	SaKeys a_to_b, b_to_a;
+	a_to_b.spi = random_spi();
+	b_to_a.spi = random_spi(a_to_b.spi);
+	make_sa_keys(spec, a_to_b);
+	make_sa_keys(spec, b_to_a);
+	std::printf("# Static SA pair, cipher %s. Paste the first block into end A's [[peer]]\n"
+	            "# (the peer that is B) and the second into end B's; keep both secret\n"
+	            "# (config mode 600) and never reuse these keys anywhere else.\n\n",
+	            std::string(spec.name).c_str());
+	std::printf("# --- end A\ncipher = \"%s\"\n", std::string(spec.name).c_str());
+	print_block("peer.out", "A sends, B receives", a_to_b);
+	print_block("peer.in", "B sends, A receives", b_to_a);
+	std::printf("\n# --- end B\ncipher = \"%s\"\n", std::string(spec.name).c_str());
+	print_block("peer.out", "B sends, A receives", b_to_a);
+	print_block("peer.in", "A sends, B receives", a_to_b);
+}
+
+} // namespace
+
+void keygen_usage(FILE* out, const char* program) {
+	std::fprintf(out,
+	             "       %s genkey --cipher C      print a random key (TOML key lines) for suite C\n"
+	             "       %s genpair --cipher C     print [peer.out]/[peer.in] blocks for both ends\n"
+	             "       %s genpsk                 print a random pre-shared key for IKE\n",
+	             program, program, program);
+}
+
+int keygen_main(const std::string& verb, const std::vector<std::string>& args, const char* program) {
+	std::string cipher;
+	for (size_t i = 0; i < args.size(); i++) {
+		if ((args[i] == "--cipher" || args[i] == "-C") && i + 1 < args.size() && verb != "genpsk") {
+			cipher = args[++i];
+		} else {
+			std::fprintf(stderr, "%s %s: unexpected argument '%s'\n", program, verb.c_str(),
+			             args[i].c_str());
+			return 2;
+		}
+	}
+	try {
+		if (verb == "genpsk") {
+			Secret psk(kPskBytes);
+			fill_random(psk.data(), psk.size());
+			std::string text = hex_text(psk.bytes());
+			std::printf("psk = \"%s\"\n", text.c_str());
+			Secret::wipe(text.data(), text.size());
+			return 0;
+		}
+		if (cipher.empty()) {
+			std::fprintf(stderr, "%s %s: which suite? pass --cipher C (one of %s)\n", program,
+			             verb.c_str(), cipher_names().c_str());
+			return 2;
+		}
+		const crypto::CipherSpec* spec = crypto::find_cipher(cipher);
+		if (!spec) {
+			std::fprintf(stderr, "%s %s: unknown cipher '%s' (known: %s)\n", program, verb.c_str(),
+			             cipher.c_str(), cipher_names().c_str());
+			return 2;
+		}
+		if (verb == "genpair") {
+			genpair(*spec);
+		} else {
+			SaKeys sa;
+			make_sa_keys(*spec, sa);
+			std::fputs(sa.lines.c_str(), stdout);
+		}
+		return 0;
+	} catch (const std::exception& e) {
+		std::fprintf(stderr, "%s %s: %s\n", program, verb.c_str(), e.what());
+		return 1;
+	}
+}
+
+} // namespace esptun::cli
