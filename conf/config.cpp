@@ -122,7 +122,7 @@ Config Loader::load(std::string_view text) {
 		parse_tunnel(*n->as_table());
 	}
 	if (config_.tunnel.control_socket.empty())
-		config_.tunnel.control_socket = "/run/esptun/" + config_.tunnel.interface + ".sock";
+		config_.tunnel.control_socket = default_control_socket(config_.tunnel.interface);
 
 	if (const toml::node* n = root.get("peer")) parse_peers(*n);
 	check_role(tunnel_line_ > 0 ? tunnel_line_ : 1);
@@ -733,6 +733,10 @@ using detail::Loader;
 
 Config parse_config(std::string_view text, const std::string& source, Role role, const fs::path& base_dir) {
 	return Loader(source, role, base_dir).load(text);
+}
+
+std::string default_control_socket(std::string_view interface) {
+	return std::string(kControlSocketDir) + "/" + std::string(interface) + ".sock";
 }
 
 Config load_config(const fs::path& path, Role role) {

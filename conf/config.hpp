@@ -154,6 +154,11 @@ private:
 	int line_;
 };
 
+/// The folder of control sockets when [tunnel] control_socket is not set.
+inline constexpr std::string_view kControlSocketDir = "/run/esptun";
+/// default_control_socket() - "/run/esptun/<interface>.sock"
+std::string default_control_socket(std::string_view interface);
+
 /**
  * load_config() - read, parse and validate a config file for @role.
  * Key files named by *_file keys are read relative to the config's folder and

@@ -2,15 +2,19 @@
 #include "apps/cli/cli.hpp"
 
 #include "apps/cli/keygen.hpp"
+#include "apps/cli/show.hpp"
 
 #include "service/control.hpp"
 #include "service/log.hpp"
 #include "service/service.hpp"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace esptun::cli {
@@ -19,8 +23,20 @@ namespace {
 struct Args {
 	std::string verb;
 	std::string config;
+	std::string interface; ///< status/show: -i, the socket is /run/esptun/<interface>.sock
+	std::string socket;    ///< status/show: -s, the socket itself
+	std::string format = "json";
 	bool verbose = false;
 };
+
+/// The options that take a value, and where it goes.
+std::string* option_target(Args& args, const std::string& a) {
+	if (a == "-c" || a == "--config") return &args.config;
+	if (a == "-i" || a == "--interface") return &args.interface;
+	if (a == "-s" || a == "--socket") return &args.socket;
+	if (a == "--format") return &args.format;
+	return nullptr;
+}
 
 void usage(FILE* out, const char* program, conf::Role role) {
 	const char* verb = role == conf::Role::gateway ? "run" : "up";
@@ -28,8 +44,14 @@ void usage(FILE* out, const char* program, conf::Role role) {
 	std::fprintf(out,
 	             "usage: %s %s -c FILE [-v]   start the %s in the foreground\n"
 	             "       %s check -c FILE      validate FILE without touching any device\n"
-	             "       %s status -c FILE     print the running endpoint's counters as JSON\n",
-	             program, verb, what, program, program);
+	             "       %s status [WHICH] [--format json|prometheus]\n"
+	             "                             print the running endpoint's counters\n"
+	             "       %s show [WHICH]       print peers, SAs, transfer and drops for people\n"
+	             "  WHICH: -i INTERFACE (socket %s/INTERFACE.sock), -s SOCKET or -c FILE;\n"
+	             "         none: the endpoints running with sockets in %s\n",
+	             program, verb, what, program, program, program,
+	             std::string(conf::kControlSocketDir).c_str(),
+	             std::string(conf::kControlSocketDir).c_str());
 	keygen_usage(out, program);
 	std::fprintf(out,
 	             "       %s --version          print the version\n"
@@ -42,12 +64,12 @@ bool parse_args(int argc, char** argv, conf::Role role, Args& args) {
 	const char* run_verb = role == conf::Role::gateway ? "run" : "up";
 	for (int i = 1; i < argc; i++) {
 		std::string a = argv[i];
-		if (a == "-c" || a == "--config") {
+		if (std::string* target = option_target(args, a)) {
 			if (i + 1 >= argc) {
-				std::fprintf(stderr, "%s: %s needs a file name\n", argv[0], a.c_str());
+				std::fprintf(stderr, "%s: %s needs a value\n", argv[0], a.c_str());
 				return false;
 			}
-			args.config = argv[++i];
+			*target = argv[++i];
 		} else if (a == "-v" || a == "--verbose") {
 			args.verbose = true;
 		} else if (args.verb.empty() && a[0] != '-') {
@@ -57,20 +79,110 @@ bool parse_args(int argc, char** argv, conf::Role role, Args& args) {
 			return false;
 		}
 	}
-	if (args.verb != run_verb && args.verb != "check" && args.verb != "status") {
+	const bool query = args.verb == "status" || args.verb == "show";
+	if (args.verb != run_verb && args.verb != "check" && !query) {
 		if (args.verb.empty())
 			std::fprintf(stderr, "%s: no command given\n", argv[0]);
 		else
 			std::fprintf(
-			    stderr, "%s: unknown command '%s' (this program's commands: %s, check, status)\n",
+			    stderr,
+			    "%s: unknown command '%s' (this program's commands: %s, check, status, show, "
+			    "genkey, genpair, genpsk)\n",
 			    argv[0], args.verb.c_str(), run_verb);
 		return false;
 	}
-	if (args.config.empty()) {
+	const int which = !args.config.empty() + !args.interface.empty() + !args.socket.empty();
+	if (query && which > 1) {
+		std::fprintf(stderr, "%s %s: give one of -c, -i and -s\n", argv[0], args.verb.c_str());
+		return false;
+	}
+	if (!query && (!args.interface.empty() || !args.socket.empty())) {
+		std::fprintf(stderr, "%s %s: -i and -s are for status and show; pass -c FILE\n", argv[0],
+		             args.verb.c_str());
+		return false;
+	}
+	if (args.interface.find('/') != std::string::npos) {
+		std::fprintf(stderr, "%s: -i takes an interface name, not a path (for a socket: -s)\n",
+		             argv[0]);
+		return false;
+	}
+	if (args.format != "json" && args.format != "prometheus") {
+		std::fprintf(stderr, "%s: --format is json or prometheus, not '%s'\n", argv[0],
+		             args.format.c_str());
+		return false;
+	}
+	if (args.format != "json" && args.verb != "status") {
+		std::fprintf(stderr, "%s %s: --format is for status\n", argv[0], args.verb.c_str());
+		return false;
+	}
+	if (!query && args.config.empty()) {
 		std::fprintf(stderr, "%s %s: which config? pass -c FILE\n", argv[0], args.verb.c_str());
 		return false;
 	}
 	return true;
+}
+
+/**
+ * sockets_of() - the control sockets @args names: -s, -i, -c's config, or
+ * else every endpoint running with a socket in /run/esptun
+ * @one: the caller reads one endpoint only (JSON status): more is an error
+ * Throws std::runtime_error saying what to pass when none or several are found.
+ */
+std::vector<std::string> sockets_of(const Args& args, conf::Role role, bool one) {
+	if (!args.socket.empty()) return {args.socket};
+	if (!args.interface.empty()) return {conf::default_control_socket(args.interface)};
+	if (!args.config.empty()) return {conf::load_config(args.config, role).tunnel.control_socket};
+	std::vector<std::string> found = running_sockets();
+	const std::string dir(conf::kControlSocketDir);
+	if (found.empty())
+		throw std::runtime_error("no running endpoint has a control socket in " + dir +
+		                         "; for one with its own control_socket pass -s SOCKET or -c FILE");
+	if (one && found.size() > 1) {
+		std::string names;
+		for (const std::string& f : found)
+			names += " " + f;
+		throw std::runtime_error("several endpoints are running (" + names.substr(1) +
+		                         "); pick one with -i INTERFACE or -s SOCKET");
+	}
+	return found;
+}
+
+/// status_of() - query one socket and parse its JSON
+EndpointStatus status_of(const std::string& socket) {
+	EndpointStatus e{socket, {}};
+	const std::string text = service::query_control(socket);
+	try {
+		e.json = service::parse_json(text);
+	} catch (const std::exception& ex) {
+		throw std::runtime_error(socket +
+		                         " answered something that is not status JSON: " + ex.what());
+	}
+	return e;
+}
+
+/// query() - status or show; the exit status
+int query(const Args& args, conf::Role role) {
+	const bool raw_json = args.verb == "status" && args.format == "json";
+	const std::vector<std::string> sockets = sockets_of(args, role, raw_json);
+	if (raw_json) {
+		std::fputs(service::query_control(sockets.front()).c_str(), stdout);
+		return 0;
+	}
+	std::vector<EndpointStatus> all;
+	for (const std::string& s : sockets)
+		all.push_back(status_of(s));
+	if (args.verb == "status") {
+		std::fputs(render_prometheus(all).c_str(), stdout);
+		return 0;
+	}
+	// Colour as `wg show` does: only on a terminal, and never with NO_COLOR set.
+	const bool colour = ::isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
+	const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+	                           std::chrono::system_clock::now().time_since_epoch())
+	                           .count();
+	for (size_t i = 0; i < all.size(); i++)
+		std::fputs(((i ? "\n" : "") + render_show(all[i].json, colour, now_ms)).c_str(), stdout);
+	return 0;
 }
 
 int check(const conf::Config& config) {
@@ -109,12 +221,9 @@ int cli_main(conf::Role role, int argc, char** argv) {
 	service::log::set_program(program);
 	if (args.verbose) service::log::set_level(service::log::Level::debug);
 	try {
+		if (args.verb == "status" || args.verb == "show") return query(args, role);
 		conf::Config config = conf::load_config(args.config, role);
 		if (args.verb == "check") return check(config);
-		if (args.verb == "status") {
-			std::fputs(service::query_control(config.tunnel.control_socket).c_str(), stdout);
-			return 0;
-		}
 		service::run_service(config, program);
 		return 0;
 	} catch (const conf::ConfigError& e) {

@@ -190,8 +190,8 @@ int keygen_main(const std::string& verb, const std::vector<std::string>& args, c
 		}
 		const crypto::CipherSpec* spec = crypto::find_cipher(cipher);
 		if (!spec) {
-			std::fprintf(stderr, "%s %s: unknown cipher '%s' (known: %s)\n", program, verb.c_str(),
-			             cipher.c_str(), cipher_names().c_str());
+			std::fprintf(stderr, "%s %s: unknown cipher '%s' (known: %s)\n", program,
+			             verb.c_str(), cipher.c_str(), cipher_names().c_str());
 			return 2;
 		}
 		if (verb == "genpair") {

@@ -2,9 +2,9 @@
 #include "apps/bench/compare/measure.hpp"
 
 #include "apps/bench/lab/command.hpp"
-#include "apps/bench/lab/json_reader.hpp"
 #include "base/error.hpp"
 #include "platform/unique_fd.hpp"
+#include "service/json_reader.hpp"
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -22,6 +22,8 @@
 namespace esptun::bench::compare {
 
 using namespace lab;
+using service::JsonValue;
+using service::parse_json;
 namespace {
 
 constexpr uint16_t kIperfPort = 5201;

@@ -30,6 +30,8 @@
 namespace esptun::bench::demo {
 
 using namespace lab;
+using service::JsonValue;
+using service::parse_json;
 
 const char* const kDemoUsage =
     "  demo [--cipher NAME] [--bytes N] [--pings N] [--gateway PATH]\n"

@@ -10,6 +10,8 @@
 namespace esptun::bench::demo {
 
 using namespace lab;
+using service::JsonValue;
+using service::parse_json;
 
 GatewayProcess::GatewayProcess(std::string label, std::string netns, std::string binary, std::string config,
                                std::string log)

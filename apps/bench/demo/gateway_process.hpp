@@ -2,8 +2,8 @@
 // readiness via `esptun-gateway status`, status JSON, clean stop.
 #pragma once
 
-#include "apps/bench/lab/json_reader.hpp"
 #include "apps/bench/lab/process.hpp"
+#include "service/json_reader.hpp"
 
 #include <optional>
 #include <string>
@@ -24,7 +24,7 @@ public:
 	 * status() - run `@binary status -c @config` and parse its JSON
 	 * Return: the status, or nullopt when the command failed (not running yet)
 	 */
-	std::optional<lab::JsonValue> status(lab::Millis timeout = lab::Millis(3000)) const;
+	std::optional<service::JsonValue> status(lab::Millis timeout = lab::Millis(3000)) const;
 
 	/**
 	 * check_alive() - throw std::runtime_error, with the end of the gateway's

@@ -17,6 +17,8 @@
 namespace esptun::bench::vhost_counts {
 
 using namespace lab;
+using service::JsonValue;
+using service::parse_json;
 
 const char* const kVhostCountsUsage =
     "  vhost-counts snapshot SOCKET...\n"

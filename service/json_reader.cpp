@@ -1,11 +1,11 @@
 // A recursive-descent JSON reader (RFC 8259) for the status output.
-#include "apps/bench/lab/json_reader.hpp"
+#include "service/json_reader.hpp"
 
 #include <charconv>
 #include <cstdlib>
 #include <stdexcept>
 
-namespace esptun::bench::lab {
+namespace esptun::service {
 namespace {
 
 constexpr int kMaxDepth = 64;
@@ -240,4 +240,4 @@ std::string JsonValue::as_string(std::string_view fallback) const {
 
 JsonValue parse_json(std::string_view text) { return Parser(text).document(); }
 
-} // namespace esptun::bench::lab
+} // namespace esptun::service

@@ -1,5 +1,5 @@
-// A small JSON reader for the gateway's status output: enough to pull out
-// the numbers and names the demo, compare and vhost-counts read. Not on any data path.
+// A small JSON reader for the status output (the counterpart of json.hpp):
+// what `show`, the Prometheus export and the benchmarks read. Not on any data path.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-namespace esptun::bench::lab {
+namespace esptun::service {
 
 struct JsonMember;
 
@@ -49,4 +49,4 @@ struct JsonMember {
  */
 JsonValue parse_json(std::string_view text);
 
-} // namespace esptun::bench::lab
+} // namespace esptun::service

@@ -1,0 +1,273 @@
+#!/usr/bin/python3
+# test_cli.py - the operator's commands.
+# Keys: `genkey --cipher C` prints keys of C's lengths in "0x" hex, fresh each
+# time; `genpsk` a 32-byte PSK; `genpair --cipher C` two mirrored blocks that,
+# each pasted verbatim into one end's [[peer]], bring a static tunnel up
+# between two gateways (pings both ways); mistakes exit 2 with a message.
+# Reading a running endpoint without its config: `show` and `status` find
+# the control socket from -s SOCKET, -i INTERFACE (/run/esptun/<if>.sock) or
+# by themselves; `show` prints the peer's endpoint, keying, last packet and
+# transfer (colour only on a terminal, never with NO_COLOR); `status --format
+# prometheus` is valid exposition text whose figures equal the JSON's.
+#
+#   netns A (et-kg-PID-a)                       netns B (et-kg-PID-b)
+#   esptun-gateway, tun 10.98.0.1/24            esptun-gateway, tun 10.98.0.2/24
+#   config: [[peer]] + genpair's "end A" block  config: [[peer]] + "end B" block
+#   socket: the test's temp folder              socket: /run/esptun/kgbN.sock (default)
+#   ula 10.202.0.1/24 ---------- veth ---------- ulb 10.202.0.2/24
+"""The operator's commands: genkey, genpsk, genpair, show, status."""
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+import tomllib
+
+# The shared helpers in tests/lib (tests/lib/README.md: why this one line).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+
+import esptun_conf as conf  # noqa: E402
+import esptun_proc  # noqa: E402
+import netns  # noqa: E402
+import ping  # noqa: E402
+import report  # noqa: E402
+
+A_UL, B_UL = "10.202.0.1", "10.202.0.2"
+A_IN, B_IN = "10.98.0.1", "10.98.0.2"
+
+
+def tool(build, *args, env=None):
+    """tool() - run esptun-gateway with args; (exit code, stdout, stderr)."""
+    p = subprocess.run([os.path.join(build, "esptun-gateway"), *args], capture_output=True,
+                       text=True, timeout=10, env=env)
+    return p.returncode, p.stdout, p.stderr
+
+
+def on_terminal(build, *args, env=None):
+    """on_terminal() - run esptun-gateway with stdout on a pseudo-terminal;
+    (exit code, what it wrote)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([os.path.join(build, "esptun-gateway"), *args], stdout=slave,
+                         stderr=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the program closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return p.wait(timeout=10), out.decode(errors="replace")
+
+
+def hex_bytes(text):
+    """hex_bytes() - the bytes of a "0x..." string; ValueError otherwise."""
+    if not text.startswith("0x"):
+        raise ValueError(f"{text!r} lacks the 0x the loader requires")
+    return bytes.fromhex(text[2:])
+
+
+def check_genkey(rep, build):
+    rep.section("genkey: every suite's key lengths, fresh each time")
+    for name, s in conf.SUITES.items():
+        first, second = (tool(build, "genkey", "--cipher", name) for _ in range(2))
+        if not rep.check(first[0] == 0 and second[0] == 0, f"genkey --cipher {name} exits 0",
+                         first[2] + second[2]):
+            continue
+        keys = [tomllib.loads(out[1]) for out in (first, second)]
+        if s["aead"]:
+            lens = [len(hex_bytes(k["key"])) for k in keys]
+            rep.equal(lens, [s["enc_len"] + 4] * 2, f"{name}: key = AES key || 4-byte salt")
+            rep.check(keys[0]["key"] != keys[1]["key"], f"{name}: two runs, two keys")
+        else:
+            rep.equal([(len(hex_bytes(k["enc_key"])), len(hex_bytes(k["auth_key"]))) for k in keys],
+                      [(s["enc_len"], s["auth_len"])] * 2, f"{name}: enc_key and auth_key lengths")
+            rep.check(keys[0]["enc_key"] != keys[1]["enc_key"] and
+                      keys[0]["auth_key"] != keys[1]["auth_key"], f"{name}: two runs, two keys")
+    rc, out, err = tool(build, "genkey", "--cipher", "aes-999")
+    rep.check(rc == 2 and "unknown cipher" in err and "aes128-gcm" in err,
+              "an unknown suite: exit 2, the known ones listed", err)
+    rc, out, err = tool(build, "genkey")
+    rep.check(rc == 2 and "--cipher" in err, "no suite: exit 2, asks for --cipher", err)
+
+
+def check_genpsk(rep, build):
+    rep.section("genpsk: 32 random bytes")
+    runs = [tool(build, "genpsk") for _ in range(2)]
+    rep.require(all(r[0] == 0 for r in runs), "genpsk exits 0", runs[0][2])
+    psks = [hex_bytes(tomllib.loads(r[1])["psk"]) for r in runs]
+    rep.equal([len(p) for p in psks], [32, 32], "psk is 32 bytes")
+    rep.check(psks[0] != psks[1], "two runs, two PSKs")
+
+
+def split_pair(text):
+    """split_pair() - genpair's output as the two ends' blocks (text)."""
+    a = text.index("# --- end A")
+    b = text.index("# --- end B")
+    return text[a:b], text[b:]
+
+
+def interface_of(me):
+    return f"kg{me}{os.getpid() % 100000}"
+
+
+def gateway_config(tmp, me, ul_peer, tun_addr, allowed, block, socket):
+    """gateway_config() - one end's config: [tunnel] and a [[peer]] whose
+    cipher and SA tables are genpair's block, pasted as printed. socket
+    None: the default control socket."""
+    path = os.path.join(tmp, f"{me}.toml")
+    sock = f'control_socket = "{socket}"\n' if socket else ""
+    text = (f'[tunnel]\ninterface = "{interface_of(me)}"\n'
+            f'addresses = ["{tun_addr}/24"]\nlisten = "0.0.0.0:4500"\ntun_io = "direct"\n'
+            f'state_dir = "{tmp}/state-{me}"\n{sock}\n'
+            f'[[peer]]\nname = "other"\nendpoint = "{ul_peer}:4500"\n'
+            f'allowed_ips = ["{allowed}/32"]\n' + block)
+    conf.write_private(path, text)
+    return path
+
+
+def check_genpair(rep, build):
+    rep.section("genpair: both ends from one command, pasted verbatim")
+    rc, out, err = tool(build, "genpair", "--cipher", "aes256-cbc-hmac-sha256")
+    rep.require(rc == 0, "genpair exits 0", err)
+    block_a, block_b = split_pair(out)
+    ta, tb = tomllib.loads(block_a), tomllib.loads(block_b)
+    # Compared, never printed: the report must not show keys.
+    rep.check((ta["peer"]["out"], ta["peer"]["in"]) == (tb["peer"]["in"], tb["peer"]["out"]),
+              "A's out is B's in and A's in is B's out (SPI and keys)")
+    rep.check(ta["peer"]["out"]["spi"] != ta["peer"]["in"]["spi"] and
+              ta["peer"]["out"]["enc_key"] != ta["peer"]["in"]["enc_key"],
+              "each direction has its own SPI and key")
+    rep.check(min(ta["peer"]["out"]["spi"], ta["peer"]["in"]["spi"]) >= 0x100,
+              "SPIs outside the reserved range 1-255 (RFC 4303 section 2.1)")
+
+    tmp = netns.make_tempdir("keygen")
+    a = netns.Netns(netns.unique("kg", "a"))
+    b = netns.Netns(netns.unique("kg", "b"))
+    netns.veth(a, b, "ula", "ulb", [f"{A_UL}/24"], [f"{B_UL}/24"])
+    cfg_a = gateway_config(tmp, "a", B_UL, A_IN, B_IN, block_a, os.path.join(tmp, "a.sock"))
+    cfg_b = gateway_config(tmp, "b", A_UL, B_IN, A_IN, block_b, None)
+    for cfg in (cfg_a, cfg_b):
+        p = esptun_proc.run_check(build, cfg)
+        rep.require(p.returncode == 0, f"check accepts {os.path.basename(cfg)}",
+                    p.stdout + p.stderr)
+    gw_a = esptun_proc.Endpoint(build, a, cfg_a, os.path.join(tmp, "a.log")).start()
+    gw_b = esptun_proc.Endpoint(build, b, cfg_b, os.path.join(tmp, "b.log")).start()
+    netns.on_cleanup(gw_a.stop)
+    netns.on_cleanup(gw_b.stop)
+    ping.expect_replies(rep, f"ping A -> {B_IN} through the tunnel", ping.run(a, B_IN, 5), 5)
+    ping.expect_replies(rep, f"ping B -> {A_IN} through the tunnel", ping.run(b, A_IN, 5), 5)
+    for gw, name in ((gw_a, "A"), (gw_b, "B")):
+        drops = gw.status()["drops"]
+        rep.check(not any(drops.values()), f"{name}: no drops", str(drops))
+    return tmp
+
+
+def check_status_sockets(rep, build, tmp):
+    rep.section("status finds the socket without the config: -s, -i, or by itself")
+    b_if = interface_of("b")
+    rc, out, err = tool(build, "status", "-s", os.path.join(tmp, "a.sock"))
+    rep.check(rc == 0 and json.loads(out)["interface"] == interface_of("a"),
+              "status -s SOCKET: A's JSON", err)
+    rc, out, err = tool(build, "status", "-i", b_if)
+    rep.check(rc == 0 and json.loads(out)["interface"] == b_if,
+              f"status -i {b_if}: B's JSON from /run/esptun/{b_if}.sock", err)
+    rc, out, err = tool(build, "show")
+    rep.check(rc == 0 and f"interface: {b_if}" in out,
+              "show with no option lists the endpoints in /run/esptun, B among them", err)
+    rc, out, err = tool(build, "status", "-i", "nosuch0")
+    rep.check(rc == 1 and "/run/esptun/nosuch0.sock" in err,
+              "status -i of no running endpoint: exit 1 naming the socket", err)
+    rc, out, err = tool(build, "status", "-i", "../etc")
+    rep.check(rc == 2 and "not a path" in err, "-i with a path: exit 2", err)
+    rc, out, err = tool(build, "status", "-i", b_if, "-s", "/x")
+    rep.check(rc == 2 and "one of" in err, "-i and -s together: exit 2", err)
+
+
+def check_show(rep, build, tmp):
+    rep.section("show: the peer as people read it")
+    sock = os.path.join(tmp, "a.sock")
+    status = json.loads(tool(build, "status", "-s", sock)[1])
+    peer = esptun_proc.peer(status, "other")
+    rc, out, err = tool(build, "show", "-s", sock)
+    rep.require(rc == 0, "show -s SOCKET exits 0", err)
+    rep.info(out)
+    rep.check(f"interface: {interface_of('a')}" in out and "peer: other" in out,
+              "show names the interface and the peer", out)
+    rep.check(f"endpoint: {B_UL}:4500 (configured)" in out, "the peer's endpoint", out)
+    rep.check(re.search(r"latest packet: \d+ seconds? ago", out) is not None,
+              "the latest packet, seconds ago", out)
+    rep.check(re.search(r"transfer: [0-9.]+ (B|KiB) received, [0-9.]+ (B|KiB) sent", out)
+              is not None and peer["totals"]["rx_bytes"] > 0, "transfer both ways", out)
+    rep.check(f"keying: static, {peer['cipher']}" in out, "keying and suite", out)
+    rep.check("drops: none" in out, "no drops", out)
+    rep.check("\x1b[" not in out, "no colour when stdout is not a terminal")
+    rc, out = on_terminal(build, "show", "-s", sock, env={k: v for k, v in os.environ.items()
+                                                          if k != "NO_COLOR"})
+    rep.check(rc == 0 and "\x1b[1;32minterface:" in out, "colour on a terminal", out[:200])
+    rc, out = on_terminal(build, "show", "-s", sock, env=dict(os.environ, NO_COLOR="1"))
+    rep.check(rc == 0 and "\x1b[" not in out and "peer: other" in out,
+              "no colour on a terminal with NO_COLOR set", out[:200])
+
+
+SAMPLE = re.compile(r'^([a-z_]+)\{((?:[a-z_]+="(?:[^"\\]|\\.)*",?)*)\} (-?[0-9.e+]+)$')
+
+
+def check_prometheus(rep, build, tmp):
+    rep.section("status --format prometheus: exposition text, the JSON's figures")
+    sock = os.path.join(tmp, "a.sock")
+    rc, text, err = tool(build, "status", "-s", sock, "--format", "prometheus")
+    status = json.loads(tool(build, "status", "-s", sock)[1])
+    rep.require(rc == 0, "status --format prometheus exits 0", err)
+    typed, samples, bad = set(), {}, []
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            name, kind = line.split()[2:4]
+            if name in typed or kind not in ("counter", "gauge"):
+                bad.append(line)
+            typed.add(name)
+        elif line.startswith("# HELP "):
+            continue
+        else:
+            m = SAMPLE.match(line)
+            if not m or m.group(1) not in typed:
+                bad.append(line)
+                continue
+            labels = dict(re.findall(r'([a-z_]+)="((?:[^"\\]|\\.)*)"', m.group(2)))
+            samples[(m.group(1), tuple(sorted(labels.items())))] = float(m.group(3))
+    rep.check(not bad and samples, "every line is HELP, TYPE (once per metric) or a sample",
+              "\n".join(bad[:5]))
+    a_if = interface_of("a")
+    peer = esptun_proc.peer(status, "other")
+
+    def sample(name, **labels):
+        return samples.get((name, tuple(sorted(dict(interface=a_if, **labels).items()))))
+    rep.equal(sample("esptun_up"), 1.0, "esptun_up is 1")
+    rep.equal(sample("esptun_peer_rx_bytes_total", peer="other"), float(peer["totals"]["rx_bytes"]),
+              "peer rx bytes equal the JSON's totals")
+    rep.equal(sample("esptun_peer_tx_packets_total", peer="other"),
+              float(peer["totals"]["tx_packets"]), "peer tx packets equal the JSON's totals")
+    rep.equal(sample("esptun_drops_total", reason="replay"), float(status["drops"]["replay"]),
+              "drops by reason")
+    rep.equal(sample("esptun_packets_total", path="udp_rx"),
+              float(status["counters"]["udp_rx_packets"]), "packets by path")
+    rc, _, err = tool(build, "show", "--format", "prometheus")
+    rep.check(rc == 2 and "--format is for status" in err, "show --format: exit 2", err)
+
+
+def body(rep, build):
+    check_genkey(rep, build)
+    check_genpsk(rep, build)
+    tmp = check_genpair(rep, build)
+    check_status_sockets(rep, build, tmp)
+    check_show(rep, build, tmp)
+    check_prometheus(rep, build, tmp)
+
+
+if __name__ == "__main__":
+    report.main("cli", body)
