@@ -198,6 +198,15 @@ public:
 	const std::vector<PeerPolicy>& peers() const noexcept { return peers_; }
 	const IkeCounters& counters() const noexcept { return counters_; }
 	std::vector<IkeSaStatus> status(Clock::time_point now) const;
+	/// Our SPI of every IKE SA held, half-open ones included, ascending into
+	/// @out (reused, so a caller that asks often does not allocate). The
+	/// service publishes them so workers can tell messages for our IKE SAs
+	/// from a flood of strangers (datapath/ike_inbox.hpp).
+	void our_spis(std::vector<uint64_t>& out) const {
+		out.clear();
+		for (const auto& entry : sas_)
+			out.push_back(entry.first);
+	}
 
 	/// Above this many half-open responder SAs, IKE_SA_INIT needs a cookie.
 	static constexpr size_t kCookieThreshold = 64;

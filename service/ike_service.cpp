@@ -145,6 +145,7 @@ void IkeService::start() {
 		wait_ike_socket();
 	}
 	engine_->start(ike::Clock::now());
+	publish_spis();
 	arm_timer();
 }
 
@@ -159,9 +160,15 @@ void IkeService::shutdown() {
 void IkeService::wait_inbox() {
 	inbox_wait_.async_wait(asio::posix::stream_descriptor::wait_read, [this](asio::error_code ec) {
 		if (ec) return;
+		// One bounded batch per wake-up (IkeInbox::kDrainBatch). When more is
+		// queued the inbox signals its eventfd again, so this handler runs
+		// again only after the timers and sockets already due: a flood on
+		// port 4500 cannot stall DPD, retransmissions or the sequence-number
+		// refresh (issue 16, item 4).
 		inbox_.drain([this](std::span<const uint8_t> msg, const Endpoint& from) {
 			engine_->receive(ike::Port::natt, from, msg, ike::Clock::now());
 		});
+		publish_spis();
 		wait_inbox();
 	});
 }
@@ -169,9 +176,10 @@ void IkeService::wait_inbox() {
 void IkeService::wait_ike_socket() {
 	ike_wait_.async_wait(asio::posix::stream_descriptor::wait_read, [this](asio::error_code ec) {
 		if (ec) return;
-		// A bounded number per wake-up, so a flood cannot starve the rest of the loop.
+		// A bounded number per wake-up, as for the inbox, so a flood cannot
+		// starve the rest of the loop; the socket stays readable for the rest.
 		std::array<uint8_t, datapath::IkeInbox::kMaxMessage> buf;
-		for (int i = 0; i < 64; i++) {
+		for (size_t i = 0; i < datapath::IkeInbox::kDrainBatch; i++) {
 			sockaddr_storage ss{};
 			socklen_t len = sizeof ss;
 			const ssize_t n = ::recvfrom(ike_fd_.get(), buf.data(), buf.size(), MSG_TRUNC,
@@ -182,6 +190,7 @@ void IkeService::wait_ike_socket() {
 			engine_->receive(ike::Port::ike, *from,
 			                 std::span<const uint8_t>(buf.data(), size_t(n)), ike::Clock::now());
 		}
+		publish_spis();
 		wait_ike_socket();
 	});
 }
@@ -191,8 +200,21 @@ void IkeService::arm_timer() {
 	timer_.async_wait([this](asio::error_code ec) {
 		if (ec) return;
 		engine_->tick(ike::Clock::now());
+		publish_spis();
 		arm_timer();
 	});
+}
+
+/*
+ * publish_spis() - tells the workers' inbox the SPIs of our IKE SAs, after
+ * anything that may have made or removed one (a received message, a tick).
+ * Only a changed set is published, so the workers' lock is taken rarely.
+ */
+void IkeService::publish_spis() {
+	engine_->our_spis(spis_now_);
+	if (spis_now_ == published_spis_) return;
+	published_spis_ = spis_now_;
+	inbox_.publish_spis(spis_now_);
 }
 
 void IkeService::send(ike::Port via, const Endpoint& to, std::span<const uint8_t> msg) {
@@ -442,7 +464,11 @@ void IkeService::write_status(JsonWriter& j) const {
 	j.field("sa_refused", c.sa_refused);
 	j.field("internal_errors", c.internal_errors);
 	j.field("inbox_dropped", inbox_.dropped());
+	j.field("inbox_dropped_known", inbox_.dropped_known());
+	j.field("inbox_dropped_stranger", inbox_.dropped_stranger());
+	j.field("inbox_dropped_source", inbox_.dropped_source());
 	j.field("inbox_too_big", inbox_.too_big());
+	j.field("inbox_too_short", inbox_.too_short());
 	j.field("send_errors", send_errors_);
 	j.end_object();
 	j.key("address_pool").begin_array();

@@ -69,6 +69,7 @@ private:
 	void wait_inbox();
 	void wait_ike_socket();
 	void arm_timer();
+	void publish_spis();
 
 	tunnel::SaTable& table_;
 	int natt_fd_;
@@ -87,6 +88,9 @@ private:
 	/// Outbound halves of rekeyed CHILD_SAs, installed when the old one is deleted.
 	std::map<uint32_t, tunnel::ChildSaKeys> pending_out_;
 	std::unique_ptr<ike::Engine> engine_;
+	/// Our IKE SPIs as last published to the inbox, and the buffer the
+	/// engine fills to compare with them.
+	std::vector<uint64_t> published_spis_, spis_now_;
 	uint64_t send_errors_ = 0;
 	std::vector<IpPrefix> virtual_addresses_; ///< on the tun, from the gateway
 	/// Client: the conf, to know which prefixes get tun routes, and the routes

@@ -204,7 +204,9 @@ def flood_body(rep, tag, case, A, B):
     snmp_a1 = snmp(A.ns)
     got = delta(c1, c0, "malformed") + delta(c1, c0, "unknown_sa")
     recv = delta(c1, c0, "received")
-    inbox = delta(c1, c0, "inbox_dropped")
+    # Dropped by the inbox: no room (one source holds at most a few slots,
+    # datapath/ike_inbox.hpp) or shorter than an IKE header.
+    inbox = delta(c1, c0, "inbox_dropped") + delta(c1, c0, "inbox_too_short")
     kdrop = delta(snmp_a1, snmp_a0, "Udp.RcvbufErrors")
     ignored = {k: v for k, v in esptun_proc.counters_delta(st0, st1).items()
                if k.startswith("ignored.") and v}
@@ -218,7 +220,9 @@ def flood_body(rep, tag, case, A, B):
     # Every junk datagram is counted once: malformed or unknown_sa, or lost
     # before the engine (inbox full, or the kernel's receive buffer).
     lost = inbox + kdrop
-    rep.check(total - lost - 5 <= got <= total + 5 and got >= 0.5 * total,
+    # The flood comes from one address, so most of what reaches port 4500
+    # is dropped by the inbox's per-source bound; port 500 has no such lane.
+    rep.check(total - lost - 5 <= got <= total + 5 and got >= 0.5 * n_ike,
               f"[{tag}] ike.counters.malformed + unknown_sa grew by {got} for {total} junk "
               f"datagrams ({inbox} dropped by the inbox, {kdrop} by the kernel)",
               json.dumps({"before": c0, "after": c1}))

@@ -1,8 +1,8 @@
-// A hand-driven IKEv2 initiator for the engine tests: it completes
-// IKE_SA_INIT and IKE_AUTH with a valid PSK, then sends whatever protected
-// request a test writes, as a hostile but authenticated peer would.
+// The raw IKEv2 initiator (tests/tools/raw_ike_peer.hpp) wired straight to
+// the engine under test, for the engine's hostile-peer tests.
 #pragma once
 
+#include "tests/tools/raw_ike_peer.hpp"
 #include "tests/unit/ike/engine_test_util.hpp"
 
 namespace esptun::ike::test {
@@ -14,174 +14,38 @@ struct Target {
 	Clock::time_point* now = nullptr;
 };
 
-/// An initiator whose every payload the test chooses.
-struct RawPeer {
+/**
+ * RawPeer - tools::RawPeer wired to the engine under test: each message
+ * goes to @t's engine as if from @self, and what the engine sent to @self
+ * comes back.
+ */
+struct RawPeer : tools::RawPeer {
 	Target t;
 	Endpoint self = ep("10.0.0.66:4500");
-	IkeSuite suite = default_ike_proposals().front();
-	std::string psk = kPsk;
-	Identity id, peer_id;
-	uint64_t spi_i = 0, spi_r = 0;
-	uint32_t next_id = 0;
-	std::vector<uint8_t> ni, nr, init_request;
-	IkeKeys keys;
-	std::unique_ptr<SkCipher> sk_in, sk_out;
-	std::vector<std::vector<uint8_t>> requests_from_engine; ///< what the engine asked us (encrypted)
 
-	/**
-	 * exchange() - hand @bytes to the engine; return its answer to us (empty if none)
-	 * @bytes: a whole IKE message from self
-	 * The engine's own requests to us are kept in requests_from_engine.
-	 */
-	std::vector<uint8_t> exchange(std::span<const uint8_t> bytes) {
-		t.engine->receive(Port::natt, self, bytes, *t.now);
-		std::vector<uint8_t> answer;
-		for (auto it = t.host->out.begin(); it != t.host->out.end();) {
-			if (!(it->to == self)) {
-				++it;
-				continue;
+	RawPeer() {
+		psk = kPsk;
+		transport = [this](std::span<const uint8_t> bytes) {
+			t.engine->receive(Port::natt, self, bytes, *t.now);
+			std::vector<std::vector<uint8_t>> back;
+			for (auto it = t.host->out.begin(); it != t.host->out.end();) {
+				if (!(it->to == self)) {
+					++it;
+					continue;
+				}
+				back.push_back(it->bytes);
+				it = t.host->out.erase(it);
 			}
-			Header h;
-			if (parse_header(it->bytes, h) && h.is_response())
-				answer = it->bytes;
-			else
-				requests_from_engine.push_back(it->bytes);
-			it = t.host->out.erase(it);
-		}
-		return answer;
+			return back;
+		};
 	}
-
-	/// init() - IKE_SA_INIT with one proposal; false when there is no usable answer.
+	/// IKE_SA_INIT, with an initiator SPI that names @self (tells peers apart).
 	bool init() {
-		spi_i = 0x6666000000000000ull | uint64_t(self.addr.bytes[3]);
-		DhKeyPair dh(suite.dh);
-		ni.assign(32, 0x42);
-		Header h;
-		h.spi_i = spi_i;
-		h.exchange = Exchange::ike_sa_init;
-		h.flags = kFlagInitiator;
-		const std::vector<IkeSuite> one{suite};
-		const std::vector<Payload> p{
-		    ike_offer(one),
-		    KePayload{uint16_t(suite.dh),
-		              std::vector<uint8_t>(dh.public_value().begin(), dh.public_value().end())},
-		    NoncePayload{ni}};
-		init_request = build_message(h, p);
-		const std::vector<uint8_t> answer = exchange(init_request);
-		Message m;
-		if (answer.empty() || !parse_message(answer, m)) return false;
-		const KePayload* ke = m.find<KePayload>();
-		const NoncePayload* n = m.find<NoncePayload>();
-		if (!ke || !n || m.header.spi_r == 0) return false;
-		std::optional<std::vector<uint8_t>> g_ir = dh.shared_secret(ke->data);
-		if (!g_ir) return false;
-		spi_r = m.header.spi_r;
-		nr = n->data;
-		keys = derive_ike_keys(suite, ni, nr, *g_ir, spi_i, spi_r);
-		sk_out = std::make_unique<SkCipher>(suite, keys.sk_ei, keys.sk_ai);
-		sk_in = std::make_unique<SkCipher>(suite, keys.sk_er, keys.sk_ar);
-		next_id = 1;
-		return true;
+		spi_tag = self.addr.bytes[3];
+		return tools::RawPeer::init();
 	}
-
-	/**
-	 * request() - one protected request; return the payloads of the answer
-	 * @ex:    the exchange type
-	 * @inner: the payloads inside the SK payload
-	 * @got:   set to whether an answer came and opened
-	 */
-	std::vector<Payload> request(Exchange ex, std::span<const Payload> inner, bool* got = nullptr) {
-		Header h;
-		h.spi_i = spi_i;
-		h.spi_r = spi_r;
-		h.next = PayloadType::sk;
-		h.exchange = ex;
-		h.flags = kFlagInitiator;
-		h.message_id = next_id++;
-		PayloadType first = PayloadType::none;
-		const std::vector<uint8_t> chain = encode_payloads(inner, first);
-		std::vector<uint8_t> bytes(kHeaderLen);
-		encode_header(h, bytes.data());
-		sk_out->seal(bytes, uint8_t(first), chain);
-		const std::vector<uint8_t> answer = exchange(bytes);
-		std::vector<Payload> out;
-		if (got) *got = false;
-		Message m;
-		if (answer.empty() || !parse_message(answer, m)) return out;
-		const SkPayload* sk = m.find<SkPayload>();
-		if (!sk) return out;
-		std::optional<std::vector<uint8_t>> plain = sk_in->open(answer, sk->offset);
-		if (!plain || !parse_payloads(sk->first_inner, *plain, out)) return out;
-		if (got) *got = true;
-		return out;
-	}
-
-	/// auth() - IKE_AUTH proving the PSK, with a CHILD_SA for @tsi / @tsr.
-	std::vector<Payload> auth(std::vector<TrafficSelector> tsi, std::vector<TrafficSelector> tsr,
-	                          uint32_t child_spi, bool* got = nullptr) {
-		IdPayload idi{true, id.type, id.data};
-		const std::vector<uint8_t> secret(psk.begin(), psk.end());
-		AuthPayload a{AuthMethod::psk,
-		              psk_auth(suite.prf, secret, init_request, nr, keys.sk_pi, idi.body())};
-		const std::vector<EspSuite> esp = default_esp_proposals();
-		const std::vector<Payload> p{idi, a, esp_offer(esp, child_spi, ChildExchange::ike_auth),
-		                             TsPayload{true, std::move(tsi)},
-		                             TsPayload{false, std::move(tsr)}};
-		return request(Exchange::ike_auth, p, got);
-	}
-
-	/**
-	 * rekey_ike() - CREATE_CHILD_SA rekeying this IKE SA (section 2.18)
-	 * Return: the answer; when it accepts, this peer goes on with the new
-	 * IKE SA (and never deletes the old one, as a hostile peer would not).
-	 */
-	std::vector<Payload> rekey_ike() {
-		DhKeyPair dh(suite.dh);
-		const uint64_t new_spi = spi_i + 0x100;
-		uint8_t spi[8];
-		store_be64(spi, new_spi);
-		const std::vector<IkeSuite> one{suite};
-		std::vector<uint8_t> n(32);
-		random_bytes(n);
-		const std::vector<Payload> p{
-		    ike_offer(one, spi), NoncePayload{n},
-		    KePayload{uint16_t(suite.dh),
-		              std::vector<uint8_t>(dh.public_value().begin(), dh.public_value().end())}};
-		std::vector<Payload> answer = request(Exchange::create_child_sa, p);
-		const SaPayload* sa = nullptr;
-		const KePayload* ke = nullptr;
-		const NoncePayload* nonce = nullptr;
-		for (const Payload& x : answer) {
-			if (const auto* v = std::get_if<SaPayload>(&x)) sa = v;
-			if (const auto* v = std::get_if<KePayload>(&x)) ke = v;
-			if (const auto* v = std::get_if<NoncePayload>(&x)) nonce = v;
-		}
-		if (!sa || !ke || !nonce || sa->proposals.empty() || sa->proposals[0].spi.size() != 8)
-			return answer;
-		std::optional<std::vector<uint8_t>> g_ir = dh.shared_secret(ke->data);
-		REQUIRE(g_ir);
-		const uint64_t new_r = load_be64(sa->proposals[0].spi.data());
-		keys = derive_rekeyed_ike_keys(suite.prf, keys.sk_d, suite, *g_ir, n, nonce->data, new_spi,
-		                               new_r);
-		spi_i = new_spi;
-		spi_r = new_r;
-		sk_out = std::make_unique<SkCipher>(suite, keys.sk_ei, keys.sk_ai);
-		sk_in = std::make_unique<SkCipher>(suite, keys.sk_er, keys.sk_ar);
-		next_id = 0;
-		return answer;
-	}
-
-	/// new_child() - CREATE_CHILD_SA for a new CHILD_SA with @tsi / @tsr.
-	std::vector<Payload> new_child(uint32_t child_spi, std::vector<TrafficSelector> tsi,
-	                               std::vector<TrafficSelector> tsr, bool* got = nullptr) {
-		const std::vector<EspSuite> esp{default_esp_proposals().front()};
-		std::vector<uint8_t> n(32);
-		random_bytes(n);
-		const std::vector<Payload> p{esp_offer(esp, child_spi, ChildExchange::create_child_sa),
-		                             NoncePayload{n}, TsPayload{true, std::move(tsi)},
-		                             TsPayload{false, std::move(tsr)}};
-		return request(Exchange::create_child_sa, p, got);
-	}
+	RawPeer(const RawPeer&) = delete;
+	RawPeer& operator=(const RawPeer&) = delete;
 };
 
 /// The notify of @type in @payloads, or nullptr.

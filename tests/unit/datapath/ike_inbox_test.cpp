@@ -1,0 +1,159 @@
+// IkeInbox under an IKE flood on port 4500 (issue 16, item 4): the work per
+// drain() is bounded, messages for our own IKE SAs are not crowded out by
+// IKE_SA_INIT from strangers, and one source cannot take a whole lane.
+#include "datapath/ike_inbox.hpp"
+
+#include "base/bytes.hpp"
+
+#include "tests/unit/support/poll_test_util.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <doctest/doctest.h>
+#include <vector>
+
+using namespace esptun;
+using datapath::IkeInbox;
+
+namespace {
+
+/// An IKE header (RFC 7296 section 3.1) with the given SPIs, padded to 28
+/// bytes; @tag goes into the message ID so a test can tell messages apart.
+std::vector<uint8_t> ike_message(uint64_t spi_i, uint64_t spi_r, uint32_t tag) {
+	std::vector<uint8_t> m(28, 0);
+	store_be64(m.data(), spi_i);
+	store_be64(m.data() + 8, spi_r);
+	m[17] = 0x20; // version 2.0
+	m[18] = 34;   // IKE_SA_INIT; the inbox does not care
+	store_be32(m.data() + 20, tag);
+	store_be32(m.data() + 24, uint32_t(m.size()));
+	return m;
+}
+
+Endpoint source(uint32_t n, uint16_t port = 4500) {
+	return Endpoint{*parse_ip("198.51.100." + std::to_string(n % 250 + 1)), port};
+}
+
+/// Everything drain() hands over, until the inbox is empty (bounded loop).
+std::vector<uint32_t> drain_all(IkeInbox& inbox, size_t* calls = nullptr) {
+	std::vector<uint32_t> tags;
+	for (size_t i = 0; i < 1000; i++) {
+		const bool more = inbox.drain([&](std::span<const uint8_t> msg, const Endpoint&) {
+			tags.push_back(load_be32(msg.data() + 20));
+		});
+		if (calls) (*calls)++;
+		if (!more) break;
+	}
+	return tags;
+}
+
+} // namespace
+
+TEST_CASE("a flood of IKE_SA_INIT does not crowd out a message for a known IKE SA") {
+	IkeInbox inbox;
+	const uint64_t ours = 0x1122334455667788ull;
+	inbox.publish_spis({ours});
+	// Many sources, so the per-source bound is not what keeps the slots free.
+	for (uint32_t i = 0; i < 10 * IkeInbox::kSlots; i++)
+		inbox.push(ike_message(0x1000 + i, 0, i), source(i, uint16_t(1000 + i)));
+	// A DPD request from the peer of our IKE SA: we were the responder, so
+	// our SPI is the responder SPI.
+	CHECK(inbox.push(ike_message(0xabcdef, ours, 424242), source(7)));
+	// And one where we were the initiator.
+	CHECK(inbox.push(ike_message(ours, 0xabcdef, 434343), source(8)));
+	CHECK(inbox.dropped() > 0);
+	CHECK(inbox.dropped_stranger() > 0);
+	CHECK(inbox.dropped_known() == 0);
+	const std::vector<uint32_t> tags = drain_all(inbox);
+	REQUIRE(tags.size() >= 2);
+	// Known SPIs come first, before the strangers queued ahead of them.
+	CHECK(tags[0] == 424242);
+	CHECK(tags[1] == 434343);
+}
+
+TEST_CASE("SPIs are known only while published") {
+	IkeInbox inbox;
+	inbox.publish_spis({5, 9});
+	for (uint32_t i = 0; i < IkeInbox::kSlots; i++)
+		inbox.push(ike_message(0x1000 + i, 0, i), source(i, uint16_t(1000 + i)));
+	inbox.publish_spis({9}); // the IKE SA with SPI 5 is gone
+	CHECK_FALSE(inbox.push(ike_message(77, 5, 1), source(200)));
+	CHECK(inbox.push(ike_message(77, 9, 2), source(200)));
+}
+
+TEST_CASE("drain() takes a bounded number per call and leaves the eventfd readable") {
+	IkeInbox inbox;
+	const size_t queued = IkeInbox::kStrangerSlots;
+	for (uint32_t i = 0; i < queued; i++)
+		REQUIRE(inbox.push(ike_message(0x1000 + i, 0, i), source(i, uint16_t(1000 + i))));
+	size_t got = 0;
+	const bool more = inbox.drain([&](std::span<const uint8_t>, const Endpoint&) { got++; });
+	CHECK(got == IkeInbox::kDrainBatch);
+	CHECK(more);
+	// The control loop waits on the eventfd: it must wake again for the rest,
+	// after whatever timers are due have run.
+	CHECK(test::wait_readable(inbox.fd(), 0));
+	size_t calls = 1;
+	const std::vector<uint32_t> rest = drain_all(inbox, &calls);
+	CHECK(got + rest.size() == queued);
+	CHECK(calls == (queued + IkeInbox::kDrainBatch - 1) / IkeInbox::kDrainBatch);
+	// Strangers keep their order among themselves.
+	for (size_t i = 1; i < rest.size(); i++)
+		CHECK(rest[i] == rest[i - 1] + 1);
+	CHECK_FALSE(test::wait_readable(inbox.fd(), 0));
+}
+
+TEST_CASE("a flood from one address cannot take the stranger lane") {
+	IkeInbox inbox;
+	size_t accepted = 0;
+	for (uint32_t i = 0; i < 10 * IkeInbox::kSlots; i++)
+		accepted += inbox.push(ike_message(0x1000 + i, 0, i), source(1, uint16_t(i))) ? 1 : 0;
+	// Ports vary: the bound is per address (one host, any number of ports).
+	CHECK(accepted == IkeInbox::kPerSourceStranger);
+	CHECK(inbox.dropped_source() == 10 * IkeInbox::kSlots - accepted);
+	// A new client from another address still gets in.
+	CHECK(inbox.push(ike_message(0x9999, 0, 99), source(2)));
+	const std::vector<uint32_t> tags = drain_all(inbox);
+	CHECK(tags.size() == accepted + 1);
+	CHECK(tags.back() == 99);
+	// Once drained, the address has its share again.
+	CHECK(inbox.push(ike_message(0x1001, 0, 1), source(1)));
+}
+
+TEST_CASE("one peer of a known IKE SA cannot take the whole priority lane") {
+	IkeInbox inbox;
+	inbox.publish_spis({42, 43});
+	size_t accepted = 0;
+	for (uint32_t i = 0; i < 4 * IkeInbox::kSlots; i++)
+		accepted += inbox.push(ike_message(1, 42, i), source(3)) ? 1 : 0;
+	CHECK(accepted == IkeInbox::kPerSourceKnown);
+	CHECK(inbox.dropped_source() > 0);
+	CHECK(inbox.push(ike_message(2, 43, 7), source(4)));
+}
+
+TEST_CASE("strangers still get a share while the priority lane stays busy") {
+	IkeInbox inbox;
+	std::vector<uint64_t> spis;
+	for (uint64_t s = 1; s <= IkeInbox::kPrioritySlots; s++)
+		spis.push_back(s);
+	inbox.publish_spis(spis);
+	REQUIRE(inbox.push(ike_message(0x5000, 0, 5000), source(249)));
+	for (uint32_t i = 0; i < IkeInbox::kPrioritySlots; i++)
+		REQUIRE(inbox.push(ike_message(7, i + 1, i), source(i)));
+	std::vector<uint32_t> first;
+	inbox.drain([&](std::span<const uint8_t> msg, const Endpoint&) {
+		first.push_back(load_be32(msg.data() + 20));
+	});
+	CHECK(std::find(first.begin(), first.end(), 5000u) != first.end());
+}
+
+TEST_CASE("a message too short for an IKE header or too big is dropped and counted") {
+	IkeInbox inbox;
+	std::vector<uint8_t> big(IkeInbox::kMaxMessage + 1, 0);
+	CHECK_FALSE(inbox.push(big, source(1)));
+	CHECK(inbox.too_big() == 1);
+	std::vector<uint8_t> shortm(10, 0);
+	CHECK_FALSE(inbox.push(shortm, source(1)));
+	CHECK(inbox.too_short() == 1);
+	CHECK_FALSE(test::wait_readable(inbox.fd(), 0));
+}
