@@ -288,6 +288,35 @@ void FullTunnel::remove_all() noexcept {
 	block_ = {};
 }
 
+std::vector<std::string> remove_leftovers(const conf::Config& config) {
+	std::vector<std::string> removed;
+	// ESRCH: not there; EAFNOSUPPORT: a kernel without IPv6.
+	auto gone = [](const SystemError& e) { return e.err() == ESRCH || e.err() == EAFNOSUPPORT; };
+	for (size_t fi = 0; fi < 2; fi++)
+		for (size_t i = 0; i < 2; i++) {
+			try {
+				platform::del_unreachable_route(half(fi, i), kBlockMetric);
+				removed.push_back("unreachable " + to_string(half(fi, i)) + " metric " +
+				                  std::to_string(kBlockMetric));
+			} catch (const SystemError& e) {
+				if (!gone(e)) throw;
+			}
+		}
+	// The host route that kept the gateway on the underlay (keep_gateway_path());
+	// ifindex 0 matches it on whichever interface it went.
+	if (!config.peers.empty() && config.peers.front().endpoint) {
+		const IpAddress& ep = config.peers.front().endpoint->addr;
+		const IpPrefix host{ep, uint8_t(ep.max_prefix())};
+		try {
+			platform::del_route(host, 0);
+			removed.push_back(to_string(host) + " (the host route to the gateway)");
+		} catch (const SystemError& e) {
+			if (!gone(e)) throw;
+		}
+	}
+	return removed;
+}
+
 std::unique_ptr<FullTunnel> route_everything(const conf::Config& config, int ifindex) {
 	if (!config.tunnel.route_all) return nullptr;
 	return std::make_unique<FullTunnel>(config, ifindex);

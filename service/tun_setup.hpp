@@ -10,6 +10,7 @@
 #include <array>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace esptun::service {
@@ -118,6 +119,17 @@ private:
 	/// apply() may have added one half of two).
 	std::array<std::array<bool, 2>, 2> tun_owned_{}, block_owned_{};
 };
+
+/**
+ * remove_leftovers() - what a killed route_all client (kill_switch or not)
+ * left behind: the unreachable /1 routes at kBlockMetric and the host route
+ * to the gateway (`esptun-client cleanup`)
+ *
+ * Call it only while no client with this config runs: it cannot tell a
+ * running client's routes from a dead one's. Absent routes are skipped.
+ * Return: one line per route removed. Throws SystemError on other failures.
+ */
+std::vector<std::string> remove_leftovers(const conf::Config& config);
 
 /**
  * route_everything() - step 5 for a route_all client: the FullTunnel

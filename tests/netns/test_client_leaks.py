@@ -35,7 +35,9 @@
 #     and SIGTERM give the tables back.
 #  4. kill_switch = true, SIGKILL: the IPv4 and IPv6 probes fail with an
 #     errno and are not seen on ulg; `up` again takes the routes over,
-#     reaches S, and SIGTERM gives the tables back exactly.
+#     reaches S (`esptun-client cleanup` refuses meanwhile), and SIGTERM
+#     gives the tables back exactly. Killed once more: still blocked, and
+#     `esptun-client cleanup` gives the tables and normal routing back.
 #  5. DNS where systemd-resolved runs: systemd-resolved itself cannot run in
 #     a test namespace without touching the host, so the client runs in a
 #     mount namespace of its own (`unshare -m`, inside `ip netns exec`)
@@ -273,11 +275,38 @@ def case_killed(rep, ctx, cap, before, kill_switch):
     cli = start(ctx, "client", cfg)
     got = wait_assigned(ctx, cli, ("inet",))
     expect_tunnelled(rep, f"{tag}, up again", ctx, cap, socket.AF_INET, SERVER4, got["inet"])
+    if kill_switch:
+        p = cleanup(ctx, cfg)
+        rep.check(p.returncode == 1 and "running" in p.stderr,
+                  f"[{tag}] `esptun-client cleanup` refuses while the client runs",
+                  f"exit {p.returncode}: {p.stdout}{p.stderr}")
     stop_clean(rep, f"{tag}, up again", ctx, cli, before)
     err, seen, _ = probe(ctx, cap, socket.AF_INET, SERVER4)
     rep.check(err == 0 and seen, f"[{tag}] after the clean stop C's normal routing is back "
               f"({SERVER4} by the ISP default route)", f"sendto errno {err}, seen {seen}")
+    if kill_switch:
+        cli = start(ctx, "client", cfg)
+        wait_assigned(ctx, cli, ("inet",))
+        cli.stop(sig=signal.SIGKILL)
+        netns.wait_until(lambda: ctx.ctun not in ctx.c.links(), 5, what=f"{ctx.ctun} gone")
+        expect_blocked(rep, f"{tag} again", ctx, cap, socket.AF_INET, SERVER4)
+        p = cleanup(ctx, cfg)
+        rep.check(p.returncode == 0 and p.stdout.count("removed route") == 5,
+                  f"[{tag} again] `esptun-client cleanup` removes 4 unreachable routes and the "
+                  "host route", f"exit {p.returncode}: {p.stdout}{p.stderr}")
+        after = route_tables(ctx.c)
+        rep.check(after == before, f"[{tag} again, cleanup] C's route tables as before the "
+                  "client", diff(before, after))
+        err, seen, _ = probe(ctx, cap, socket.AF_INET, SERVER4)
+        rep.check(err == 0 and seen, f"[{tag} again, cleanup] C's normal routing is back",
+                  f"sendto errno {err}, seen {seen}")
     rep.equal(gw.stop(), 0, f"[{tag}] esptun-gateway: SIGTERM -> exit code")
+
+
+def cleanup(ctx, cfg):
+    """`esptun-client cleanup -c FILE` in C."""
+    return ctx.c.run(os.path.join(ctx.build, "esptun-client"), "cleanup", "-c", ctx.ccfg[cfg],
+                     check=False)
 
 
 def case_dns(rep, ctx):
