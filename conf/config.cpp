@@ -43,10 +43,10 @@ namespace detail {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
 constexpr std::string_view kTunnelKeys[] = {
-    "interface", "addresses",        "listen",      "mtu",         "tun_io",        "control_socket",
-    "route_all", "direct_write_max", "crypto_impl", "udp_gso",     "socket_buffer", "busy_poll_us",
-    "state_dir", "tun_offload",      "workers",     "io_engine",   "udp_gro",       "ike_port",
-    "local_id",  "address_pool",     "dns",         "wake_poll_us"};
+    "interface", "addresses",        "listen",      "mtu",          "tun_io",        "control_socket",
+    "route_all", "direct_write_max", "crypto_impl", "udp_gso",      "socket_buffer", "busy_poll_us",
+    "state_dir", "tun_offload",      "workers",     "io_engine",    "udp_gro",       "ike_port",
+    "local_id",  "address_pool",     "dns",         "wake_poll_us", "kill_switch"};
 constexpr std::string_view kPeerKeys[] = {
     "name",     "endpoint",     "allowed_ips", "cipher",        "esn",       "replay_window", "out",
     "in",       "psk",          "psk_file",    "local_id",      "remote_id", "ike_proposals", "esp_proposals",
@@ -386,6 +386,10 @@ void Loader::parse_tunnel(const toml::table& t) {
 		tc.route_all = v->value;
 		route_all_line_ = v->line;
 	}
+	if (auto v = get_bool(t, "kill_switch", where)) {
+		tc.kill_switch = v->value;
+		kill_switch_line_ = v->line;
+	}
 }
 
 void Loader::parse_peers(const toml::node& n) {
@@ -689,6 +693,9 @@ void Loader::check_role(int top_line) {
 			fail(route_all_line_,
 			     "route_all is only for a client (it sends all traffic to its gateway); "
 			     "remove it from the gateway config");
+		if (tc.kill_switch)
+			fail(kill_switch_line_, "kill_switch is only for a client with route_all; remove it "
+			                        "from the gateway config");
 		if (!tc.dns.empty() && tc.address_pool.empty())
 			fail(dns_line_, "dns is handed out with virtual addresses; add address_pool (e.g. "
 			                "address_pool = [\"10.77.0.0/24\"]) or remove dns");
@@ -711,6 +718,10 @@ void Loader::check_role(int top_line) {
 		fail(gw.line, "peer " + q(gw.name) +
 		                  " has no endpoint; a client must know where its gateway is: " +
 		                  "add endpoint = \"198.51.100.7:4500\"");
+	if (tc.kill_switch && !tc.route_all)
+		fail(kill_switch_line_,
+		     "kill_switch = true blocks all traffic outside the tunnel, which needs route_all = "
+		     "true (all traffic into the tunnel); add route_all = true or remove kill_switch");
 	if (!tc.route_all) return;
 	auto has = [&](std::string_view text) {
 		return std::find(gw.allowed_ips.begin(), gw.allowed_ips.end(), *parse_prefix(text)) !=

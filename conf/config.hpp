@@ -124,6 +124,10 @@ struct TunnelConfig {
 	/// (<state_dir>/esptun.seq, keyed by a fingerprint of each key: service/seq_state.hpp)
 	std::string state_dir = "/var/lib/esptun";
 	bool route_all = false; ///< client only: default route through the tunnel
+	/// Client with route_all only: "unreachable" /1 routes of both families
+	/// lie underneath the tunnel's and outlive a killed client, so nothing
+	/// leaves outside the tunnel until a clean stop (service/tun_setup.hpp).
+	bool kill_switch = false;
 	/// UDP port for IKE_SA_INIT from initiators that start on port 500 (RFC
 	/// 7296 section 2.23); 0 = IKE only on the listen port. Used when a peer has psk.
 	uint16_t ike_port = kDefaultIkePort;

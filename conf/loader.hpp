@@ -112,6 +112,7 @@ private:
 	int tunnel_line_ = 0;
 	int mtu_line_ = 0;
 	int route_all_line_ = 0;
+	int kill_switch_line_ = 0;
 	int address_pool_line_ = 0;
 	int dns_line_ = 0;
 	int listen_line_ = 0;

@@ -279,6 +279,31 @@ Request route_request(uint16_t type, const IpPrefix& dst, int ifindex,
 }
 
 /**
+ * unreachable_request() - an RTM_NEWROUTE or RTM_DELROUTE request for an
+ * "unreachable" route: no device, no gateway, only the prefix and a metric
+ * @type:   RTM_NEWROUTE or RTM_DELROUTE
+ * @dst:    destination prefix
+ * @metric: RTA_PRIORITY; on delete it picks this route among those for @dst
+ */
+Request unreachable_request(uint16_t type, const IpPrefix& dst, uint32_t metric) {
+	const bool add = type == RTM_NEWROUTE;
+	Request req(type, add ? NLM_F_CREATE | NLM_F_EXCL : 0);
+	rtmsg rt{};
+	rt.rtm_family = static_cast<uint8_t>(address_family(dst.addr.family));
+	rt.rtm_dst_len = dst.len;
+	rt.rtm_table = RT_TABLE_MAIN;
+	rt.rtm_protocol = add ? RTPROT_BOOT : 0;
+	// A reject route has no next hop, so it is global, as iproute2 makes it;
+	// a delete matches any scope.
+	rt.rtm_scope = add ? RT_SCOPE_UNIVERSE : RT_SCOPE_NOWHERE;
+	rt.rtm_type = RTN_UNREACHABLE;
+	req.put(rt);
+	if (dst.len > 0) req.attr_addr(RTA_DST, dst.addr.masked(dst.len));
+	req.attr_u32(RTA_PRIORITY, metric);
+	return req;
+}
+
+/**
  * address_request() - an RTM_NEWADDR or RTM_DELADDR request
  * @type:    RTM_NEWADDR or RTM_DELADDR
  * @ifindex: interface
@@ -399,6 +424,20 @@ void del_route(const IpPrefix& dst, int ifindex, std::optional<IpAddress> gatewa
 	if (gateway && gateway->family != dst.addr.family)
 		throw SystemError(EINVAL, what, "gateway and destination differ in family");
 	Request req = route_request(RTM_DELROUTE, dst, ifindex, gateway, table);
+	check(transact(req, what), what);
+}
+
+void add_unreachable_route(const IpPrefix& dst, uint32_t metric) {
+	const std::string what =
+	    "add route unreachable " + to_string(dst) + " metric " + std::to_string(metric);
+	Request req = unreachable_request(RTM_NEWROUTE, dst, metric);
+	check(transact(req, what), what);
+}
+
+void del_unreachable_route(const IpPrefix& dst, uint32_t metric) {
+	const std::string what =
+	    "delete route unreachable " + to_string(dst) + " metric " + std::to_string(metric);
+	Request req = unreachable_request(RTM_DELROUTE, dst, metric);
 	check(transact(req, what), what);
 }
 

@@ -100,6 +100,27 @@ void del_route(const IpPrefix& dst, int ifindex, std::optional<IpAddress> gatewa
                std::optional<uint32_t> table = {});
 
 /**
+ * add_unreachable_route() - ip route add unreachable DST metric METRIC
+ * @dst:    destination prefix (host bits are cleared)
+ * @metric: the route's priority; a lower one (e.g. a route through a tun
+ *          for the same prefix) wins while it exists
+ *
+ * The route has no device, so it outlives any interface: a sender that
+ * matches it gets EHOSTUNREACH ("No route to host") and nothing is sent.
+ * In the main table. Never replaces a route (NLM_F_EXCL). Throws
+ * SystemError (EEXIST when a route for @dst with this metric exists).
+ */
+void add_unreachable_route(const IpPrefix& dst, uint32_t metric);
+
+/**
+ * del_unreachable_route() - remove a route added by add_unreachable_route()
+ * @dst, @metric: as given to add_unreachable_route()
+ *
+ * Throws SystemError (ESRCH when no such route).
+ */
+void del_unreachable_route(const IpPrefix& dst, uint32_t metric);
+
+/**
  * get_route() - the route the kernel would use towards @dst (ip route get)
  * @dst: destination address
  *

@@ -183,7 +183,7 @@ bool LinkDns::run_logged(const std::string& tool, const std::vector<std::string>
 	return false;
 }
 
-std::string LinkDns::apply(const std::string& ifname, std::span<const IpAddress> servers) {
+std::string LinkDns::apply(const std::string& ifname, std::span<const IpAddress> servers, bool catch_all) {
 	try {
 		if (servers.empty()) {
 			restore();
@@ -216,7 +216,19 @@ std::string LinkDns::apply(const std::string& ifname, std::span<const IpAddress>
 				undo_ = Undo::resolvectl;
 				tool_ = resolvectl;
 				ifname_ = ifname;
-				log::info("DNS servers " + list + " set on " + ifname + " with resolvectl");
+				std::string how;
+				// "~." is a routing-only domain matching every name (systemd-resolved's
+				// resolved.conf(5), Domains=): no link with a more general match is left.
+				if (catch_all) {
+					const bool ok =
+					    run_logged(resolvectl, {"domain", ifname, "~."}, "") &&
+					    run_logged(resolvectl, {"default-route", ifname, "yes"}, "");
+					how = ok ? ", routing domain ~. (all queries)"
+					         : " (not as the catch-all: resolvectl domain/default-route "
+					           "failed)";
+				}
+				log::info("DNS servers " + list + " set on " + ifname + " with resolvectl" +
+				          how);
 				return "resolvectl";
 			}
 			// E.g. installed but systemd-resolved not running: resolvconf may still work.

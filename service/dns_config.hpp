@@ -53,11 +53,19 @@ public:
 	 * apply() - make @servers the DNS servers of interface @ifname
 	 * @ifname:  the tun
 	 * @servers: from the gateway; empty: remove what an earlier apply() set
+	 * @catch_all: route_all: every query is to go to @servers
 	 *
 	 * Tries `resolvectl dns` when resolvectl is installed, else (or when it
 	 * fails, e.g. systemd-resolved not running) `resolvconf -a @ifname`. A
 	 * second call (a new IKE SA) replaces the servers of the first. Logs one
 	 * line saying what it did, a warning when a tool failed.
+	 *
+	 * With @catch_all and resolvectl, the link also gets the routing domain
+	 * "~." and is made a default route for DNS (`resolvectl domain @ifname
+	 * '~.'`, `resolvectl default-route @ifname yes`): systemd-resolved then
+	 * sends every name without a more specific routing domain of another link
+	 * to the VPN's servers, not to the local network's as well. resolvconf
+	 * has no such notion: its servers are merged in its interface order.
 	 *
 	 * Return: for the status JSON ("dns_applied"): the tool that set them,
 	 * "resolvectl" or "resolvconf"; "resolvconf failed" (or "resolvectl
@@ -66,7 +74,8 @@ public:
 	 * neither resolvectl nor resolvconf is installed"; "" when @servers is
 	 * empty.
 	 */
-	std::string apply(const std::string& ifname, std::span<const IpAddress> servers);
+	std::string apply(const std::string& ifname, std::span<const IpAddress> servers,
+	                  bool catch_all = false);
 
 	/**
 	 * restore() - take back what apply() set: `resolvconf -d IFACE`, or

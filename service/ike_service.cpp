@@ -428,20 +428,28 @@ void IkeService::assigned(size_t peer, std::span<const IpAddress> addresses, std
 	std::vector<IpPrefix> now;
 	for (const IpAddress& a : addresses) {
 		const IpPrefix p{a, uint8_t(a.max_prefix())};
-		now.push_back(p);
 		if (std::find(virtual_addresses_.begin(), virtual_addresses_.end(), p) !=
-		    virtual_addresses_.end())
+		    virtual_addresses_.end()) {
+			now.push_back(p);
 			continue;
+		}
 		try {
 			platform::add_address(tun_ifindex_, p);
+			now.push_back(p); // only what the tun took: route_all routes by it
 		} catch (const std::exception& e) {
 			log::error("peer " + table_peers_[peer]->name + ": cannot add the virtual address " +
 			           to_string(a) + ": " + e.what());
 		}
 	}
 	virtual_addresses_ = std::move(now);
-	// A new IKE SA without DNS servers takes back the earlier ones.
-	dns_applied_ = dns_.apply(platform::link_name(tun_ifindex_), dns);
+	// route_all: a family with an address now goes into the tunnel, one
+	// without is blocked, so it cannot leave in the clear by the underlay's
+	// default route (issue 16, item 7).
+	if (full_tunnel_) full_tunnel_->set_addresses(virtual_addresses_);
+	// A new IKE SA without DNS servers takes back the earlier ones. With
+	// route_all every query goes to them (a catch-all routing domain).
+	const bool catch_all = client_config_ && client_config_->tunnel.route_all;
+	dns_applied_ = dns_.apply(platform::link_name(tun_ifindex_), dns, catch_all);
 }
 
 void IkeService::write_status(JsonWriter& j) const {

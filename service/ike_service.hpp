@@ -11,6 +11,7 @@
 #include "platform/unique_fd.hpp"
 #include "service/dns_config.hpp"
 #include "service/json.hpp"
+#include "service/tun_setup.hpp"
 #include "tunnel/sa.hpp"
 
 #include <asio/io_context.hpp>
@@ -46,6 +47,9 @@ public:
 	void shutdown();
 	/// The "ike" member of the status JSON.
 	void write_status(JsonWriter& j) const;
+	/// route_all: the /1 routes, which follow the families of the virtual
+	/// addresses the gateway assigns (null: no route_all). Outlives this.
+	void set_full_tunnel(FullTunnel* full) noexcept { full_tunnel_ = full; }
 
 	// ike::Host
 	void send(ike::Port via, const Endpoint& to, std::span<const uint8_t> msg) override;
@@ -93,6 +97,7 @@ private:
 	std::vector<uint64_t> published_spis_, spis_now_;
 	uint64_t send_errors_ = 0;
 	std::vector<IpPrefix> virtual_addresses_; ///< on the tun, from the gateway
+	FullTunnel* full_tunnel_ = nullptr;       ///< route_all's /1 routes, or null
 	/// Client: the conf, to know which prefixes get tun routes, and the routes
 	/// through the tun for the gateway's side: its allowed_ips from start-up,
 	/// the negotiated selectors once a CHILD_SA is up.

@@ -238,11 +238,13 @@ void run_service(const conf::Config& config, const std::string& program) {
 	choose_mtu(config, info);
 	bring_up_tun(config, workers, info);
 	platform::NetConfigGuard routes = install_routes(config, workers[0]->queue.ifindex);
+	std::unique_ptr<FullTunnel> full_tunnel = route_everything(config, workers[0]->queue.ifindex);
 	// 6. The tun ports and data planes.
 	attach_tun_ports(tc, tun_io, workers, table, info);
 	// 7. IKE.
 	datapath::IkeInbox ike_inbox;
 	std::unique_ptr<IkeService> ike = open_ike(loop.io, config, table, workers, ike_inbox, info);
+	if (ike) ike->set_full_tunnel(full_tunnel.get());
 	// 8. The control socket.
 	ControlServer control(loop.io, tc.control_socket, status_source(info, workers, table));
 	// 9. The data-path threads, and the control loop's timers.

@@ -101,9 +101,9 @@ void keep_gateway_path(const IpAddress& ep, const platform::RouteInfo& current,
 }
 
 /// Client with route_all: keep the gateway reachable through the current
-/// default path, then send everything else into the tunnel. Two /1 routes
-/// are more specific than any default route, which stays in place.
-void route_everything(const conf::Config& config, int ifindex, platform::NetConfigGuard& net) {
+/// default path, so the /1 routes (FullTunnel) cannot pull the tunnel's own
+/// packets into the tunnel.
+void keep_gateway_reachable(const conf::Config& config, int ifindex, platform::NetConfigGuard& net) {
 	const conf::PeerConfig& gw = config.peers.front();
 	const IpAddress& ep = gw.endpoint->addr;
 	auto current = platform::get_route(ep);
@@ -111,14 +111,16 @@ void route_everything(const conf::Config& config, int ifindex, platform::NetConf
 		throw std::runtime_error("route_all: no route to the gateway " + to_string(ep) +
 		                         "; the underlay must reach it before the tunnel starts");
 	if (current->ifindex != ifindex) keep_gateway_path(ep, *current, net);
-	auto half = [](const char* text) { return *parse_prefix(text); };
-	net.add_route(half("0.0.0.0/1"), ifindex);
-	net.add_route(half("128.0.0.0/1"), ifindex);
-	if (has_v6_address(config)) {
-		net.add_route(half("::/1"), ifindex);
-		net.add_route(half("8000::/1"), ifindex);
-	}
 }
+
+/// The two /1 halves of family @fi (0: IPv4, 1: IPv6). Two /1 routes are
+/// more specific than any default route, which stays in place.
+IpPrefix half(size_t fi, size_t i) {
+	static const char* const kHalves[2][2] = {{"0.0.0.0/1", "128.0.0.0/1"}, {"::/1", "8000::/1"}};
+	return *parse_prefix(kHalves[fi][i]);
+}
+
+const char* family_name(size_t fi) { return fi == 0 ? "IPv4" : "IPv6"; }
 
 } // namespace
 
@@ -162,7 +164,10 @@ void bring_up_tun(const conf::Config& config, Workers& workers, ServiceInfo& inf
 	info.interface = tun.name;
 	info.tun_offloads = tc.tun_offload ? enable_offloads(workers) : "none (tun_offload = false)";
 	platform::set_link_mtu(tun.ifindex, info.mtu);
-	if (!has_v6_address(config)) platform::set_ipv6_enabled(tun.name, false);
+	// A client that asks its gateway for addresses may get an IPv6 one
+	// (RFC 7296 section 3.15.1), which a tun without IPv6 could not take.
+	const bool may_get_v6 = config.role == conf::Role::client && tc.addresses.empty();
+	if (!has_v6_address(config) && !may_get_v6) platform::set_ipv6_enabled(tun.name, false);
 	for (const IpPrefix& a : tc.addresses)
 		platform::add_address(tun.ifindex, a);
 	platform::set_link_up(tun.ifindex);
@@ -177,8 +182,144 @@ platform::NetConfigGuard install_routes(const conf::Config& config, int ifindex)
 			net.add_route(p, ifindex);
 	for (const IpPrefix& p : tun_routes(config, config.tunnel.address_pool))
 		net.add_route(p, ifindex);
-	if (config.tunnel.route_all) route_everything(config, ifindex, net);
+	if (config.tunnel.route_all) keep_gateway_reachable(config, ifindex, net);
 	return net;
+}
+
+FullTunnel::FullTunnel(const conf::Config& config, int ifindex)
+    : ifindex_(ifindex), kill_switch_(config.tunnel.kill_switch), static_(config.tunnel.addresses) {
+	try {
+		for (size_t fi = 0; fi < 2; fi++)
+			apply(fi, std::any_of(static_.begin(), static_.end(), [&](const IpPrefix& a) {
+				      return family_index(a.addr.family) == fi;
+			      }));
+	} catch (...) {
+		remove_all();
+		throw;
+	}
+}
+
+FullTunnel::~FullTunnel() { remove_all(); }
+
+void FullTunnel::apply(size_t fi, bool has_address) {
+	const bool want_tun = has_address;
+	const bool want_block = kill_switch_ || !has_address;
+	// Make before break: what is wanted is added first, so no packet finds
+	// neither route and takes the underlay's default instead.
+	if (want_block && !block_[fi]) {
+		for (size_t i = 0; i < 2; i++) {
+			try {
+				platform::add_unreachable_route(half(fi, i), kBlockMetric);
+			} catch (const SystemError& e) {
+				// A kernel without IPv6 (ipv6.disable=1) has no IPv6 to leak.
+				if (fi == 1 && e.err() == EAFNOSUPPORT) {
+					log::info("route_all: this kernel has no IPv6, so none to block");
+					return;
+				}
+				// A killed run's route (same prefix, same metric): ours now.
+				if (e.err() != EEXIST) throw;
+				log::info("route_all: taking over the route unreachable " +
+				          to_string(half(fi, i)) + " metric " + std::to_string(kBlockMetric) +
+				          " left by an earlier run");
+			}
+			block_owned_[fi][i] = true;
+		}
+		block_[fi] = true;
+	}
+	if (want_tun && !tun_[fi]) {
+		for (size_t i = 0; i < 2; i++) {
+			platform::add_route(half(fi, i), ifindex_);
+			tun_owned_[fi][i] = true;
+		}
+		tun_[fi] = true;
+	}
+	if (!want_tun && tun_[fi]) {
+		for (size_t i = 0; i < 2; i++) {
+			platform::del_route(half(fi, i), ifindex_);
+			tun_owned_[fi][i] = false;
+		}
+		tun_[fi] = false;
+	}
+	if (!want_block && block_[fi]) {
+		for (size_t i = 0; i < 2; i++) {
+			platform::del_unreachable_route(half(fi, i), kBlockMetric);
+			block_owned_[fi][i] = false;
+		}
+		block_[fi] = false;
+	}
+	if (tun_[fi])
+		log::info(std::string("route_all: ") + family_name(fi) + " goes into the tunnel" +
+		          (kill_switch_ ? " (kill switch underneath)" : ""));
+	else
+		log::info(std::string("route_all: ") + family_name(fi) +
+		          " is blocked (unreachable): the tun has no " + family_name(fi) + " address");
+}
+
+void FullTunnel::set_addresses(std::span<const IpPrefix> assigned) noexcept {
+	for (size_t fi = 0; fi < 2; fi++) {
+		auto of_family = [&](const IpPrefix& a) { return family_index(a.addr.family) == fi; };
+		const bool has = std::any_of(static_.begin(), static_.end(), of_family) ||
+		                 std::any_of(assigned.begin(), assigned.end(), of_family);
+		if (has == tun_[fi] && block_[fi] == (kill_switch_ || !has)) continue;
+		try {
+			apply(fi, has);
+		} catch (const std::exception& e) {
+			log::error(std::string("route_all: cannot change the ") + family_name(fi) +
+			           " routes: " + e.what());
+		}
+	}
+}
+
+void FullTunnel::remove_all() noexcept {
+	for (size_t fi = 0; fi < 2; fi++)
+		for (size_t i = 0; i < 2; i++) {
+			try {
+				if (tun_owned_[fi][i]) platform::del_route(half(fi, i), ifindex_);
+			} catch (...) { // gone with the tun already
+			}
+			try {
+				if (block_owned_[fi][i])
+					platform::del_unreachable_route(half(fi, i), kBlockMetric);
+			} catch (...) { // removed by hand meanwhile: nothing left to do
+			}
+			tun_owned_[fi][i] = block_owned_[fi][i] = false;
+		}
+	tun_ = {};
+	block_ = {};
+}
+
+std::vector<std::string> remove_leftovers(const conf::Config& config) {
+	std::vector<std::string> removed;
+	// ESRCH: not there; EAFNOSUPPORT: a kernel without IPv6.
+	auto gone = [](const SystemError& e) { return e.err() == ESRCH || e.err() == EAFNOSUPPORT; };
+	for (size_t fi = 0; fi < 2; fi++)
+		for (size_t i = 0; i < 2; i++) {
+			try {
+				platform::del_unreachable_route(half(fi, i), kBlockMetric);
+				removed.push_back("unreachable " + to_string(half(fi, i)) + " metric " +
+				                  std::to_string(kBlockMetric));
+			} catch (const SystemError& e) {
+				if (!gone(e)) throw;
+			}
+		}
+	// The host route that kept the gateway on the underlay (keep_gateway_path());
+	// ifindex 0 matches it on whichever interface it went.
+	if (!config.peers.empty() && config.peers.front().endpoint) {
+		const IpAddress& ep = config.peers.front().endpoint->addr;
+		const IpPrefix host{ep, uint8_t(ep.max_prefix())};
+		try {
+			platform::del_route(host, 0);
+			removed.push_back(to_string(host) + " (the host route to the gateway)");
+		} catch (const SystemError& e) {
+			if (!gone(e)) throw;
+		}
+	}
+	return removed;
+}
+
+std::unique_ptr<FullTunnel> route_everything(const conf::Config& config, int ifindex) {
+	if (!config.tunnel.route_all) return nullptr;
+	return std::make_unique<FullTunnel>(config, ifindex);
 }
 
 } // namespace esptun::service

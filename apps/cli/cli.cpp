@@ -7,12 +7,14 @@
 #include "service/control.hpp"
 #include "service/log.hpp"
 #include "service/service.hpp"
+#include "service/tun_setup.hpp"
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <net/if.h>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -52,6 +54,9 @@ void usage(FILE* out, const char* program, conf::Role role) {
 	             program, verb, what, program, program, program,
 	             std::string(conf::kControlSocketDir).c_str(),
 	             std::string(conf::kControlSocketDir).c_str());
+	if (role == conf::Role::client)
+		std::fprintf(out, "       %s cleanup -c FILE     remove the routes a killed client left\n",
+		             program);
 	keygen_usage(out, program);
 	std::fprintf(out,
 	             "       %s --version          print the version\n"
@@ -80,7 +85,8 @@ bool parse_args(int argc, char** argv, conf::Role role, Args& args) {
 		}
 	}
 	const bool query = args.verb == "status" || args.verb == "show";
-	if (args.verb != run_verb && args.verb != "check" && !query) {
+	const bool cleanup = role == conf::Role::client && args.verb == "cleanup";
+	if (args.verb != run_verb && args.verb != "check" && !query && !cleanup) {
 		if (args.verb.empty())
 			std::fprintf(stderr, "%s: no command given\n", argv[0]);
 		else
@@ -185,6 +191,27 @@ int query(const Args& args, conf::Role role) {
 	return 0;
 }
 
+/**
+ * cleanup() - `esptun-client cleanup -c FILE`: remove the routes a client
+ * with this config left when it was killed (README.md, "Client: route_all
+ * and kill_switch"); refused while its tun exists (the client runs).
+ * Return: the exit status.
+ */
+int cleanup(const conf::Config& config, const char* program) {
+	if (::if_nametoindex(config.tunnel.interface.c_str()) != 0) {
+		std::fprintf(stderr,
+		             "%s cleanup: interface %s exists, so the client is running; stop it with "
+		             "SIGTERM instead (it removes its routes itself)\n",
+		             program, config.tunnel.interface.c_str());
+		return 1;
+	}
+	const auto removed = service::remove_leftovers(config);
+	for (const std::string& r : removed)
+		std::printf("removed route %s\n", r.c_str());
+	if (removed.empty()) std::printf("nothing to remove\n");
+	return 0;
+}
+
 int check(const conf::Config& config) {
 	// Building the SA table also runs the key material through the crypto
 	// library, exactly as `run` would.
@@ -224,6 +251,7 @@ int cli_main(conf::Role role, int argc, char** argv) {
 		if (args.verb == "status" || args.verb == "show") return query(args, role);
 		conf::Config config = conf::load_config(args.config, role);
 		if (args.verb == "check") return check(config);
+		if (args.verb == "cleanup") return cleanup(config, program);
 		service::run_service(config, program);
 		return 0;
 	} catch (const conf::ConfigError& e) {

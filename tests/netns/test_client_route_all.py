@@ -45,6 +45,7 @@ import esptun_proc  # noqa: E402
 import netns  # noqa: E402
 import ping as ping_lib  # noqa: E402
 import report  # noqa: E402
+from routes import diff, route_get_dev, route_tables, routes_json  # noqa: E402
 import transfer as transfer_lib  # noqa: E402
 from netns import TestError  # noqa: E402
 
@@ -59,42 +60,6 @@ HALVES4, HALVES6 = ("0.0.0.0/1", "128.0.0.0/1"), ("::/1", "8000::/1")
 
 class Topo:
     pass
-
-
-def route_tables(ns):
-    """route_tables() - C's IPv4 and IPv6 routes in every table, as sorted lines
-    without the fields that change by themselves (expires timers, cache entries)."""
-    out = {}
-    for fam in ("-4", "-6"):
-        lines = []
-        for line in ns.ip(fam, "route", "show", "table", "all").stdout.splitlines():
-            if re.search(r"\bcache\b", line):
-                continue
-            line = re.sub(r"\s+expires\s+\S+", "", line).strip()
-            if line:
-                lines.append(" ".join(line.split()))
-        out[fam] = sorted(lines)
-    return out
-
-
-def routes_json(ns, fam, *args):
-    """routes_json() - `ip -j FAM route show ARGS` parsed."""
-    return json.loads(ns.ip("-j", fam, "route", "show", *args).stdout or "[]")
-
-
-def route_get_dev(ns, addr):
-    """route_get_dev() - the device `ip route get ADDR` picks, or None."""
-    got = json.loads(ns.ip("-j", "route", "get", addr).stdout or "[]")
-    return got[0].get("dev") if got else None
-
-
-def diff(before, after):
-    lines = []
-    for fam in ("-4", "-6"):
-        b, a = set(before[fam]), set(after[fam])
-        lines += [f"ip {fam} missing: {x}" for x in sorted(b - a)]
-        lines += [f"ip {fam} extra:   {x}" for x in sorted(a - b)]
-    return "\n".join(lines)
 
 
 def write_client_config(cfg, path, route_all=True):

@@ -269,3 +269,40 @@ TEST_CASE("LinkDns: the tool gets stdin, stdout and stderr, none of our other de
 	CHECK(std::find(seen.begin(), seen.end(), 2) != seen.end());
 	CHECK(std::find(seen.begin(), seen.end(), ours) == seen.end());
 }
+
+TEST_CASE("LinkDns: catch_all adds the routing domain ~. and default-route; revert takes all back") {
+	test::TempDir d("esptun-dns");
+	fake_tool(d.path, "resolvectl");
+	{
+		service::LinkDns dns({d.path});
+		CaptureStderr log;
+		CHECK(dns.apply("esp9", ips({"10.77.0.53"}), true) == "resolvectl");
+		CHECK(log.text().find("routing domain ~.") != std::string::npos);
+	}
+	CHECK(read_file(d.path + "/calls") == "resolvectl dns esp9 10.77.0.53\n--\n"
+	                                      "resolvectl domain esp9 ~.\n--\n"
+	                                      "resolvectl default-route esp9 yes\n--\n"
+	                                      "resolvectl revert esp9\n--\n");
+}
+
+TEST_CASE("LinkDns: catch_all with resolvconf writes only the nameservers (no routing domains)") {
+	test::TempDir d("esptun-dns");
+	fake_tool(d.path, "resolvconf");
+	{
+		service::LinkDns dns({d.path});
+		CHECK(dns.apply("esp9", ips({"10.77.0.53"}), true) == "resolvconf");
+	}
+	CHECK(read_file(d.path + "/calls") == "resolvconf -a esp9\nnameserver 10.77.0.53\n--\n"
+	                                      "resolvconf -d esp9\n--\n");
+}
+
+TEST_CASE("LinkDns: a failing resolvectl domain keeps the servers and says so") {
+	test::TempDir d("esptun-dns");
+	fake_tool(d.path, "resolvectl", "[ \"$1\" = domain ] && exit 1; exit 0");
+	service::LinkDns dns({d.path});
+	CaptureStderr log;
+	CHECK(dns.apply("esp9", ips({"10.77.0.53"}), true) == "resolvectl");
+	const std::string said = log.text();
+	CHECK(said.find("not as the catch-all") != std::string::npos);
+	CHECK(said.find("warning") != std::string::npos);
+}
