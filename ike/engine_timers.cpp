@@ -7,7 +7,11 @@ namespace esptun::ike {
 // ---- timers and teardown -------------------------------------------------------
 
 void Engine::tick(Clock::time_point now) {
-	rotate_cookie_secret(now);
+	try {
+		rotate_cookie_secret(now);
+	} catch (...) {
+		counters_.internal_errors++; // no randomness now: the old secrets stay a while longer
+	}
 	// Each IKE SA's timers on their own: one that throws closes only itself.
 	for (auto& [spi, owned] : sas_) {
 		IkeSa& sa = *owned;
