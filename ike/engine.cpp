@@ -1,7 +1,8 @@
 // The IKEv2 engine: see engine.hpp for the exchanges and their order. This
-// file: receiving, IKE_SA_INIT, sending and status; IKE_AUTH (with the
-// configuration payload and address leases) is in engine_auth.cpp, rekeys
-// and deletes in engine_rekey.cpp, timers and teardown in engine_timers.cpp.
+// file: receiving, sending and status; IKE_SA_INIT (with cookies and the
+// half-open bounds) is in engine_init.cpp, IKE_AUTH (with the configuration
+// payload and address leases) in engine_auth.cpp, rekeys and deletes in
+// engine_rekey.cpp, timers and teardown in engine_timers.cpp.
 #include "ike/engine_internal.hpp"
 
 namespace esptun::ike {
@@ -108,8 +109,13 @@ std::vector<TrafficSelector> narrow(std::span<const TrafficSelector> offered,
 
 Engine::Engine(std::vector<PeerPolicy> peers, Host& host)
     : peers_(std::move(peers)), host_(host), restart_at_(peers_.size()),
-      restart_backoff_s_(peers_.size(), kRestartMinS), leased_(peers_.size()), cookie_secret_(32) {
-	random_bytes(cookie_secret_);
+      restart_backoff_s_(peers_.size(), kRestartMinS), leased_(peers_.size()) {
+	// Two random secrets: the "previous" one is known to no one, so it
+	// verifies nothing until the first rotation puts a real one there.
+	for (uint8_t i = 0; i < 2; i++) {
+		cookie_secrets_[i].version = uint8_t(1 - i);
+		random_bytes(cookie_secrets_[i].key);
+	}
 	for (const PeerPolicy& p : peers_)
 		for (const IkeSuite& s : p.ike_proposals)
 			if (std::find(responder_suites_.begin(), responder_suites_.end(), s) ==
@@ -117,7 +123,7 @@ Engine::Engine(std::vector<PeerPolicy> peers, Host& host)
 				responder_suites_.push_back(s);
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() { OPENSSL_cleanse(cookie_secrets_.data(), sizeof cookie_secrets_); }
 
 std::string Engine::peer_label(const IkeSa& sa) const {
 	if (sa.peer) return "peer " + peers_[*sa.peer].name;
@@ -366,329 +372,6 @@ void Engine::handle_response(IkeSa& sa, std::vector<Payload>& inner, Clock::time
 		break;
 	}
 	if (sa.state == IkeSa::State::established) send_child_deletes(sa, now);
-}
-
-// ---- IKE_SA_INIT -----------------------------------------------------------
-
-std::vector<uint8_t> Engine::cookie_for(const Endpoint& from, uint64_t spi_i,
-                                        std::span<const uint8_t> ni) const {
-	// Section 2.6: Cookie = <VersionIDofSecret> | Hash(Ni | IPi | SPIi | <secret>);
-	// the secret is per process, so a restart invalidates old cookies.
-	std::vector<uint8_t> data(ni.begin(), ni.end());
-	data.insert(data.end(), from.addr.bytes.begin(), from.addr.bytes.begin() + long(from.addr.size()));
-	uint8_t b[10];
-	store_be16(b, from.port);
-	store_be64(b + 2, spi_i);
-	data.insert(data.end(), b, b + sizeof b);
-	return prf(PrfId::hmac_sha256, cookie_secret_, data);
-}
-
-std::vector<Payload> Engine::nat_detection(uint64_t spi_i, uint64_t spi_r, Port via, const Endpoint& remote) {
-	// esptun carries ESP in UDP only (RFC 3948), so the peer must
-	// encapsulate whether or not there is a NAT. A peer does that when it
-	// believes one side is behind a NAT, so our source hash is deliberately
-	// one of no address (strongSwan's encap=yes does the same). The
-	// destination hash is honest: it lets the peer find out about its own NAT.
-	(void)via;
-	std::vector<uint8_t> fake(SHA_DIGEST_LENGTH);
-	random_bytes(fake);
-	std::vector<Payload> out;
-	out.push_back(make_notify(notify::nat_detection_source_ip, std::move(fake)));
-	out.push_back(make_notify(notify::nat_detection_destination_ip, nat_hash(spi_i, spi_r, remote)));
-	return out;
-}
-
-bool Engine::we_are_behind_nat(const Message& m, uint64_t spi_i, uint64_t spi_r, Port via,
-                               const Endpoint& remote) {
-	// Section 2.23: the peer hashed our address as it saw it arrive; if none
-	// of its NAT_DETECTION_DESTINATION_IP values is the hash of the address
-	// we sent from, something in between rewrote it.
-	std::optional<Endpoint> local = host_.local_endpoint(via, remote);
-	bool any = false;
-	for (const Payload& p : m.payloads) {
-		const auto* n = std::get_if<NotifyPayload>(&p);
-		if (!n || n->type != notify::nat_detection_destination_ip) continue;
-		any = true;
-		if (local && ct_equal(n->data, nat_hash(spi_i, spi_r, *local))) return false;
-	}
-	return any && local;
-}
-
-void Engine::send_plain_notify(Port via, const Endpoint& to, const Header& req, uint16_t type,
-                               std::span<const uint8_t> data) {
-	Header h;
-	h.spi_i = req.spi_i;
-	h.spi_r = 0;
-	h.exchange = req.exchange;
-	h.flags = kFlagResponse;
-	h.message_id = req.message_id;
-	const Payload p[] = {make_notify(type, std::vector<uint8_t>(data.begin(), data.end()))};
-	host_.send(via, to, build_message(h, p));
-	counters_.sent++;
-}
-
-void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const uint8_t> msg,
-                                 const Message& m, Clock::time_point now) {
-	const Header& h = m.header;
-	const SaPayload* sa_p = m.find<SaPayload>();
-	const KePayload* ke = m.find<KePayload>();
-	const NoncePayload* nonce = m.find<NoncePayload>();
-	if (!sa_p || !ke || !nonce) {
-		counters_.malformed++;
-		send_plain_notify(via, from, h, notify::invalid_syntax, {});
-		return;
-	}
-	size_t half_open = 0;
-	for (auto& [spi, s] : sas_) {
-		if (s->initiator || s->state != IkeSa::State::responder_init) continue;
-		if (s->spi_i == h.spi_i && s->remote == from) {
-			// A retransmitted request: the same answer (section 2.1).
-			host_.send(via, from, s->init_response);
-			counters_.sent++;
-			return;
-		}
-		half_open++;
-	}
-	if (half_open >= kHalfOpenLimit) {
-		counters_.half_open_dropped++;
-		return;
-	}
-	if (half_open >= kCookieThreshold) {
-		const std::vector<uint8_t> want = cookie_for(from, h.spi_i, nonce->data);
-		const NotifyPayload* c = m.find_notify(notify::cookie);
-		if (!c || !ct_equal(c->data, want)) {
-			counters_.cookies_sent++;
-			send_plain_notify(via, from, h, notify::cookie, want);
-			return;
-		}
-	}
-	std::optional<IkeChoice> choice = choose_ike(*sa_p, responder_suites_);
-	if (!choice) {
-		counters_.no_proposal++;
-		std::string ours;
-		for (const IkeSuite& s : responder_suites_)
-			ours += (ours.empty() ? "" : ", ") + ike_suite_name(s);
-		log_limited("IKE_SA_INIT from " + endpoint_text(from) +
-		            ": no IKE proposal in common; it offered " + describe_offer(*sa_p) +
-		            "; we accept " + ours);
-		send_plain_notify(via, from, h, notify::no_proposal_chosen, {});
-		return;
-	}
-	if (ke->group != uint16_t(choice->suite.dh)) {
-		// Section 1.2: tell the initiator which group to use and let it retry.
-		send_plain_notify(via, from, h, notify::invalid_ke_payload,
-		                  be16_bytes(uint16_t(choice->suite.dh)));
-		return;
-	}
-
-	auto sa = std::make_unique<IkeSa>();
-	sa->initiator = false;
-	sa->state = IkeSa::State::responder_init;
-	sa->spi_i = h.spi_i;
-	do
-		sa->spi_r = random_spi();
-	while (sas_.count(sa->spi_r));
-	sa->remote = from;
-	sa->via = via;
-	sa->suite = choice->suite;
-	sa->dh = std::make_unique<DhKeyPair>(choice->suite.dh);
-	std::optional<std::vector<uint8_t>> g_ir = sa->dh->shared_secret(ke->data);
-	if (!g_ir) {
-		counters_.malformed++;
-		send_plain_notify(via, from, h, notify::invalid_syntax, {});
-		return;
-	}
-	sa->ni = nonce->data;
-	sa->nr = random_nonce();
-	sa->keys = derive_ike_keys(sa->suite, sa->ni, sa->nr, *g_ir, sa->spi_i, sa->spi_r);
-	sa->sk_in = std::make_unique<SkCipher>(sa->suite, sa->keys.sk_ei, sa->keys.sk_ai);
-	sa->sk_out = std::make_unique<SkCipher>(sa->suite, sa->keys.sk_er, sa->keys.sk_ar);
-	sa->init_request.assign(msg.begin(), msg.end());
-	sa->behind_nat = we_are_behind_nat(m, sa->spi_i, 0, via, from);
-
-	Header rh;
-	rh.spi_i = sa->spi_i;
-	rh.spi_r = sa->spi_r;
-	rh.exchange = Exchange::ike_sa_init;
-	rh.flags = kFlagResponse;
-	std::vector<Payload> payloads;
-	payloads.push_back(SaPayload{{choice->reply}});
-	payloads.push_back(
-	    KePayload{uint16_t(sa->suite.dh),
-	              std::vector<uint8_t>(sa->dh->public_value().begin(), sa->dh->public_value().end())});
-	payloads.push_back(NoncePayload{sa->nr});
-	for (Payload& p : nat_detection(sa->spi_i, sa->spi_r, via, from))
-		payloads.push_back(std::move(p));
-	sa->init_response = build_message(rh, payloads);
-	sa->peer_next_id = 1;
-	sa->next_id = 0;
-	sa->created = sa->last_heard = now;
-	host_.send(via, from, sa->init_response);
-	counters_.sent++;
-	const uint64_t key = sa->spi_r;
-	sas_.emplace(key, std::move(sa));
-}
-
-void Engine::initiate(size_t peer, Clock::time_point now) {
-	const PeerPolicy& pol = peers_[peer];
-	if (pol.ike_proposals.empty() || !pol.endpoint) return;
-	auto sa = std::make_unique<IkeSa>();
-	sa->initiator = true;
-	sa->state = IkeSa::State::init_sent;
-	do
-		sa->spi_i = random_spi();
-	while (sas_.count(sa->spi_i));
-	sa->peer = peer;
-	sa->remote = *pol.endpoint;
-	sa->via = Port::natt; // RFC 7296 section 2.23 lets an initiator start on the NAT-T port
-	sa->dh = std::make_unique<DhKeyPair>(pol.ike_proposals.front().dh);
-	sa->ni = random_nonce();
-	sa->created = sa->last_heard = now;
-	IkeSa& ref = *sa;
-	sas_.emplace(sa->spi_i, std::move(sa));
-	restart_at_[peer] = {};
-	send_init(ref, now);
-}
-
-void Engine::send_init(IkeSa& sa, Clock::time_point now) {
-	const PeerPolicy& pol = peers_[*sa.peer];
-	Header h;
-	h.spi_i = sa.spi_i;
-	h.exchange = Exchange::ike_sa_init;
-	h.flags = kFlagInitiator;
-	std::vector<Payload> payloads;
-	if (!sa.cookie.empty()) payloads.push_back(make_notify(notify::cookie, sa.cookie));
-	// The proposals that use the group of our key share come first, so a
-	// responder that picks the first match needs no INVALID_KE round trip.
-	std::vector<IkeSuite> order;
-	for (const IkeSuite& s : pol.ike_proposals)
-		if (s.dh == sa.dh->group()) order.push_back(s);
-	for (const IkeSuite& s : pol.ike_proposals)
-		if (s.dh != sa.dh->group()) order.push_back(s);
-	payloads.push_back(ike_offer(order));
-	payloads.push_back(
-	    KePayload{uint16_t(sa.dh->group()),
-	              std::vector<uint8_t>(sa.dh->public_value().begin(), sa.dh->public_value().end())});
-	payloads.push_back(NoncePayload{sa.ni});
-	for (Payload& p : nat_detection(sa.spi_i, 0, sa.via, sa.remote))
-		payloads.push_back(std::move(p));
-	sa.init_request = build_message(h, payloads);
-	sa.pending = new_request(sa.init_request, 0, RequestKind::init, now);
-	host_.send(sa.via, sa.remote, sa.init_request);
-	counters_.sent++;
-}
-
-void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const Message& m,
-                                  Clock::time_point now) {
-	const PeerPolicy& pol = peers_[*sa.peer];
-	if (m.header.message_id != 0) {
-		counters_.malformed++;
-		return;
-	}
-	if (const NotifyPayload* c = m.find_notify(notify::cookie)) {
-		if (c->data.empty() || c->data.size() > 64 || !sa.cookie.empty()) {
-			counters_.malformed++;
-			return;
-		}
-		sa.cookie = c->data;
-		send_init(sa, now);
-		return;
-	}
-	if (const NotifyPayload* k = m.find_notify(notify::invalid_ke_payload)) {
-		const uint16_t group = k->data.size() == 2 ? load_be16(k->data.data()) : 0;
-		const bool offered = std::any_of(pol.ike_proposals.begin(), pol.ike_proposals.end(),
-		                                 [&](const IkeSuite& s) { return uint16_t(s.dh) == group; });
-		if (!offered || sa.ke_retries++ >= 2 || group == uint16_t(sa.dh->group())) {
-			close(sa,
-			      "the responder asks for key exchange group " + std::to_string(group) +
-			          ", which we did not offer",
-			      true, now);
-			return;
-		}
-		sa.dh = std::make_unique<DhKeyPair>(DhGroup(group));
-		send_init(sa, now);
-		return;
-	}
-	if (const NotifyPayload* err = m.find_notify(notify::no_proposal_chosen);
-	    err || first_error(m.payloads)) {
-		const NotifyPayload* e = err ? err : first_error(m.payloads);
-		std::string ours;
-		for (const IkeSuite& s : pol.ike_proposals)
-			ours += (ours.empty() ? "" : ", ") + ike_suite_name(s);
-		if (e->type == notify::no_proposal_chosen) counters_.no_proposal++;
-		close(sa,
-		      "IKE_SA_INIT refused by " + endpoint_text(sa.remote) + ": " + notify_name(e->type) +
-		          (e->type == notify::no_proposal_chosen ? " (we offered " + ours + ")" : ""),
-		      true, now);
-		return;
-	}
-	const SaPayload* sa_p = m.find<SaPayload>();
-	const KePayload* ke = m.find<KePayload>();
-	const NoncePayload* nonce = m.find<NoncePayload>();
-	if (!sa_p || !ke || !nonce || m.header.spi_r == 0) {
-		counters_.malformed++;
-		return;
-	}
-	std::optional<IkeSuite> suite = accept_ike(*sa_p, pol.ike_proposals);
-	if (!suite || suite->dh != sa.dh->group() || ke->group != uint16_t(suite->dh)) {
-		close(sa, "the responder chose " + describe_offer(*sa_p) + ", which is not one we offered",
-		      true, now);
-		return;
-	}
-	std::optional<std::vector<uint8_t>> g_ir = sa.dh->shared_secret(ke->data);
-	if (!g_ir) {
-		close(sa, "the responder's key exchange value is invalid", true, now);
-		return;
-	}
-	sa.suite = *suite;
-	sa.spi_r = m.header.spi_r;
-	sa.nr = nonce->data;
-	sa.keys = derive_ike_keys(sa.suite, sa.ni, sa.nr, *g_ir, sa.spi_i, sa.spi_r);
-	sa.sk_in = std::make_unique<SkCipher>(sa.suite, sa.keys.sk_er, sa.keys.sk_ar);
-	sa.sk_out = std::make_unique<SkCipher>(sa.suite, sa.keys.sk_ei, sa.keys.sk_ai);
-	sa.init_response.assign(msg.begin(), msg.end());
-	sa.behind_nat = we_are_behind_nat(m, sa.spi_i, sa.spi_r, sa.via, sa.remote);
-	sa.pending.reset();
-	sa.next_id = 1;
-	sa.last_heard = now;
-
-	// IKE_AUTH: who we are, proof of the PSK, and the first CHILD_SA.
-	std::optional<uint32_t> reserved = host_.allocate_spi();
-	if (!reserved) {
-		close(sa, "no inbound SPI free for the CHILD_SA: the SA table is full", true, now);
-		return;
-	}
-	sa.reserved_spi = *reserved;
-	IdPayload idi{true, pol.local_id.type, pol.local_id.data};
-	IdPayload idr{false, pol.remote_id.type, pol.remote_id.data};
-	AuthPayload auth{AuthMethod::psk,
-	                 psk_auth(sa.suite.prf, pol.psk, sa.init_request, sa.nr, sa.keys.sk_pi, idi.body())};
-	TsPayload tsi{true, {}}, tsr{false, {}};
-	bool v6 = false;
-	for (const IpPrefix& p : pol.allowed_ips) {
-		tsr.selectors.push_back(selector_of(p));
-		v6 = v6 || p.addr.family == Family::v6;
-	}
-	tsi.selectors.push_back(selector_of(*parse_prefix("0.0.0.0/0")));
-	if (v6) tsi.selectors.push_back(selector_of(*parse_prefix("::/0")));
-	std::vector<Payload> payloads{idi, idr, auth};
-	if (pol.request_address) {
-		// Empty attributes ask for a value (section 3.15.1): an IPv4 address
-		// and DNS servers; IPv6 too when some allowed_ips are IPv6.
-		CpPayload cp{CpType::request,
-		             {{cp_attr::internal_ip4_address, {}}, {cp_attr::internal_ip4_dns, {}}}};
-		if (v6) {
-			cp.attributes.push_back({cp_attr::internal_ip6_address, {}});
-			cp.attributes.push_back({cp_attr::internal_ip6_dns, {}});
-		}
-		payloads.push_back(cp);
-	}
-	payloads.push_back(esp_offer(pol.esp_proposals, sa.reserved_spi, ChildExchange::ike_auth));
-	payloads.push_back(tsi);
-	payloads.push_back(tsr);
-	sa.state = IkeSa::State::auth_sent;
-	send_request(sa, Exchange::ike_auth, payloads, now);
-	sa.pending->kind = RequestKind::auth;
 }
 
 // ---- sending -----------------------------------------------------------------

@@ -22,6 +22,7 @@
 #include "ike/message.hpp"
 #include "ike/proposal.hpp"
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -145,6 +146,19 @@ struct IkeCounters {
 	uint64_t logs_suppressed = 0; ///< log lines held back by the rate limit
 	uint64_t sa_refused = 0;      ///< CHILD_SA or IKE SA refused: per-peer cap or SA table full
 	uint64_t internal_errors = 0; ///< exchanges or timers ended by an exception
+	// IKE_SA_INIT from unauthenticated initiators (half_open_dropped above:
+	// the half-open table was full and no busier source could make room).
+	/// Dropped before any DH: the source is at its half-open bound.
+	uint64_t half_open_source_dropped = 0;
+	/// Half-open SAs of the busiest source removed to make room for another.
+	uint64_t half_open_evicted = 0;
+	/// A returned cookie that did not verify (forged, or its secret retired).
+	uint64_t cookies_rejected = 0;
+	/// Under load: INVALID_KE_PAYLOAD asking for a cheaper group both sides allow.
+	uint64_t groups_steered = 0;
+	/// Initiator: unauthenticated errors in answer to our IKE_SA_INIT, noted
+	/// while we keep waiting for a real answer (section 2.21.1).
+	uint64_t init_errors_ignored = 0;
 };
 
 /// Status of one CHILD_SA for the status JSON.
@@ -208,10 +222,22 @@ public:
 			out.push_back(entry.first);
 	}
 
-	/// Above this many half-open responder SAs, IKE_SA_INIT needs a cookie.
+	// Half-open responder SAs are counted in cost units: one unit is an
+	// X25519 or ECP-256 key exchange, a MODP-2048 one is kModpCost units
+	// (half_open_cost() in engine_init.cpp says why).
+	/// From this much half-open load on, IKE_SA_INIT needs a cookie.
 	static constexpr size_t kCookieThreshold = 64;
-	/// At most this many half-open SAs at all; more are dropped.
+	/// At most this much half-open load at all; past it a new source takes
+	/// room from the busiest one, and a request that cannot is dropped.
 	static constexpr size_t kHalfOpenLimit = 4096;
+	/// At most this much half-open load from one source (an IPv4 address or
+	/// an IPv6 /64); more from it is dropped before any key exchange.
+	static constexpr size_t kHalfOpenPerSource = 32;
+	/// What a MODP-2048 key exchange costs in units (measured: 7.3 times X25519).
+	static constexpr size_t kModpCost = 8;
+	/// The cookie secret is replaced this often; the one before stays valid
+	/// for one more period, so a cookie in flight still passes (section 2.6).
+	static constexpr std::chrono::seconds kCookieSecretLifetime{120};
 	/// NAT keepalive interval while behind a NAT (RFC 3948 section 4 suggests 20 s).
 	static constexpr std::chrono::seconds kKeepaliveInterval{20};
 	/// CHILD_SAs one peer may hold at once. A peer needs one per selector
@@ -282,8 +308,14 @@ private:
 	std::vector<Payload> nat_detection(uint64_t spi_i, uint64_t spi_r, Port via, const Endpoint& remote);
 	bool we_are_behind_nat(const Message& m, uint64_t spi_i, uint64_t spi_r, Port via,
 	                       const Endpoint& remote);
-	std::vector<uint8_t> cookie_for(const Endpoint& from, uint64_t spi_i,
-	                                std::span<const uint8_t> ni) const;
+	std::vector<uint8_t> cookie_for(const Endpoint& from, uint64_t spi_i, std::span<const uint8_t> ni,
+	                                bool previous = false) const;
+	bool cookie_valid(std::span<const uint8_t> cookie, const Endpoint& from, uint64_t spi_i,
+	                  std::span<const uint8_t> ni) const;
+	void rotate_cookie_secret(Clock::time_point now);
+	bool admit_half_open(const Endpoint& from, size_t cost);
+	void half_open_forget(IkeSa& sa);
+	void note_init_error(IkeSa& sa, const NotifyPayload& n);
 
 	std::vector<PeerPolicy> peers_;
 	Host& host_;
@@ -293,7 +325,23 @@ private:
 	std::vector<std::vector<IpAddress>> leased_; ///< per peer: from Host::lease_address()
 	std::vector<IkeSuite> responder_suites_;     ///< union of all peers' IKE proposals
 	IkeCounters counters_;
-	std::vector<uint8_t> cookie_secret_;
+	/// Cookie secrets (section 2.6): [0] current, [1] the one before; the
+	/// version byte leads each cookie. Wiped when replaced and in ~Engine.
+	struct CookieSecret {
+		uint8_t version = 0;
+		std::array<uint8_t, 32> key{};
+	};
+	std::array<CookieSecret, 2> cookie_secrets_{};
+	Clock::time_point cookie_rotate_at_{}; ///< {}: not started (the first tick starts it)
+	/// Half-open responder SAs per source (half_open_source()): their load
+	/// in cost units and our SPIs, oldest first. Kept by handle_init_request
+	/// and sweep(); at most kHalfOpenPerSource SPIs per source.
+	struct HalfOpenSource {
+		size_t load = 0;
+		std::vector<uint64_t> spis;
+	};
+	std::map<std::array<uint8_t, 17>, HalfOpenSource> half_open_;
+	size_t half_open_load_ = 0; ///< the sum of every source's load
 	/// The message being handled, for an answer when a handler throws.
 	struct Handling {
 		uint64_t our_spi = 0;

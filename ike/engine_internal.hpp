@@ -143,6 +143,14 @@ inline std::string notify_name(uint16_t t) {
 	}
 }
 
+/// IKE suites in config spelling, for log lines.
+inline std::string suites_text(std::span<const IkeSuite> suites) {
+	std::string out;
+	for (const IkeSuite& s : suites)
+		out += (out.empty() ? "" : ", ") + ike_suite_name(s);
+	return out;
+}
+
 /// The first error notify among @payloads, or nullptr.
 inline const NotifyPayload* first_error(const std::vector<Payload>& payloads) {
 	for (const Payload& p : payloads)
@@ -327,6 +335,13 @@ struct Engine::IkeSa {
 	std::vector<uint8_t> init_request, init_response; ///< signed by AUTH (section 2.15)
 	std::vector<uint8_t> cookie;
 	int ke_retries = 0;
+	/// Responder: the half-open load (cost units) this SA holds in its
+	/// source's share while unauthenticated; 0 once it is not counted.
+	size_t half_open_cost = 0;
+	std::array<uint8_t, 17> half_open_key{}; ///< its source, as it was counted
+	/// Initiator: the last unauthenticated error notify answering our
+	/// IKE_SA_INIT (section 2.21.1), named when the wait for a real answer ends.
+	uint16_t init_error = 0;
 	uint32_t next_id = 0;      ///< message ID of our next request
 	uint32_t peer_next_id = 0; ///< message ID we expect in the peer's next request
 	std::vector<uint8_t> last_response;

@@ -7,6 +7,11 @@ namespace esptun::ike {
 // ---- timers and teardown -------------------------------------------------------
 
 void Engine::tick(Clock::time_point now) {
+	try {
+		rotate_cookie_secret(now);
+	} catch (...) {
+		counters_.internal_errors++; // no randomness now: the old secrets stay a while longer
+	}
 	// Each IKE SA's timers on their own: one that throws closes only itself.
 	for (auto& [spi, owned] : sas_) {
 		IkeSa& sa = *owned;
@@ -74,10 +79,18 @@ void Engine::tick_sa(IkeSa& sa, Clock::time_point now) {
 		PendingRequest& p = *sa.pending;
 		if (p.tries >= (p.kind == RequestKind::liveness ? kLivenessRetransmits : kMaxRetransmits)) {
 			const bool liveness = p.kind == RequestKind::liveness;
-			close(sa,
-			      liveness ? "the peer is dead: no answer to liveness checks"
-			               : "no answer from " + endpoint_text(sa.remote),
-			      p.kind != RequestKind::del_ike, now);
+			std::string why = liveness ? "the peer is dead: no answer to liveness checks"
+			                           : "no answer from " + endpoint_text(sa.remote);
+			if (p.kind == RequestKind::init && sa.init_error) {
+				// Section 2.21.1: the error was unauthenticated, so we waited
+				// for a real answer; none came, and it is what we have.
+				if (sa.init_error == notify::no_proposal_chosen) counters_.no_proposal++;
+				why += " but an unauthenticated " + notify_name(sa.init_error);
+				if (sa.init_error == notify::no_proposal_chosen && sa.peer)
+					why += " (we offered " + suites_text(peers_[*sa.peer].ike_proposals) +
+					       ")";
+			}
+			close(sa, why, p.kind != RequestKind::del_ike, now);
 			return;
 		}
 		p.tries++;
@@ -176,6 +189,11 @@ void Engine::close(IkeSa& sa, const std::string& why, bool restart, Clock::time_
 
 void Engine::sweep() {
 	for (auto it = sas_.begin(); it != sas_.end();) {
+		// The half-open index follows every way out of responder_init
+		// (authenticated, failed, expired, evicted): all of them pass here
+		// before the next message is handled.
+		if (it->second->half_open_cost && it->second->state != IkeSa::State::responder_init)
+			half_open_forget(*it->second);
 		if (it->second->state == IkeSa::State::closed) {
 			remove_children(*it->second);
 			it = sas_.erase(it);

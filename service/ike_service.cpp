@@ -468,6 +468,11 @@ void IkeService::write_status(JsonWriter& j) const {
 	j.field("cookies_sent", c.cookies_sent);
 	j.field("retransmits", c.retransmits);
 	j.field("half_open_dropped", c.half_open_dropped);
+	j.field("half_open_source_dropped", c.half_open_source_dropped);
+	j.field("half_open_evicted", c.half_open_evicted);
+	j.field("cookies_rejected", c.cookies_rejected);
+	j.field("groups_steered", c.groups_steered);
+	j.field("init_errors_ignored", c.init_errors_ignored);
 	j.field("logs_suppressed", c.logs_suppressed);
 	j.field("sa_refused", c.sa_refused);
 	j.field("internal_errors", c.internal_errors);
