@@ -77,6 +77,22 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 		                                           : "does not prove our pre-shared key"));
 		return;
 	}
+	// IKE_SA_INIT chose the IKE SA's suite before we knew who the peer is,
+	// from all peers' ike_proposals together. Now that it has proven who it
+	// is, the suite must be one of its own, or it could use a suite only
+	// another peer allows. Section 2.21.2: any error that makes IKE_AUTH
+	// fail is answered AUTHENTICATION_FAILED (NO_PROPOSAL_CHOSEN here would
+	// speak of the CHILD_SA only and leave the IKE SA up).
+	if (std::find(pol.ike_proposals.begin(), pol.ike_proposals.end(), sa.suite) ==
+	    pol.ike_proposals.end()) {
+		std::string own;
+		for (const IkeSuite& s : pol.ike_proposals)
+			own += (own.empty() ? "" : ", ") + ike_suite_name(s);
+		fail_auth("peer " + pol.name + ": refused after authentication: " + endpoint_text(sa.remote) +
+		          " negotiated " + ike_suite_name(sa.suite) +
+		          ", which is not in this peer's ike_proposals (" + own + ")");
+		return;
+	}
 	sa.peer = match;
 
 	IdPayload idr{false, pol.local_id.type, pol.local_id.data};
