@@ -254,3 +254,67 @@ TEST_CASE("IKE SA rekeys and CHILD_SAs stay within the peer's own proposals") {
 	CHECK(notify_of(r.request(Exchange::create_child_sa, p), notify::no_proposal_chosen) == nullptr);
 	CHECK(g.hg.installed.size() == 2);
 }
+
+TEST_CASE("local_ts narrows what a peer may reach in IKE_AUTH and CREATE_CHILD_SA") {
+	std::vector<PeerPolicy> peers = gateway_peers();
+	peers[2].local_ts = {*parse_prefix("10.8.0.0/24"), *parse_prefix("fd08::/64")};
+	Gateway g(peers);
+	const std::vector<TrafficSelector> want{ts("10.8.0.0/24")};
+	SUBCASE("IKE_AUTH asking for everything gets local_ts, and the SA is installed with it") {
+		RawPeer r = raw_as(g, peers[2], "10.0.0.13:4500");
+		REQUIRE(r.init());
+		std::vector<Payload> ans = r.auth({ts("10.9.3.0/24")}, {ts("0.0.0.0/0")}, 0xa0000001);
+		REQUIRE(ts_of(ans, false));
+		CHECK(ts_of(ans, false)->selectors == want);
+		REQUIRE(g.hg.installed.size() == 1);
+		CHECK(g.hg.installed.begin()->second.local_ts == want);
+		REQUIRE(g.sa_of("carol"));
+		CHECK(g.sa_of("carol")->children.at(0).local_ts == std::vector<std::string>{"10.8.0.0/24"});
+		// CREATE_CHILD_SA: outside local_ts is refused, inside is narrowed.
+		const EspSuite own = peers[2].esp_proposals.front();
+		std::vector<Payload> p =
+		    child_request(own, 0xa0000002, 0, {ts("10.9.3.0/24")}, {ts("192.168.0.0/16")});
+		CHECK(notify_of(r.request(Exchange::create_child_sa, p), notify::ts_unacceptable));
+		CHECK(g.hg.installed.size() == 1);
+		p = child_request(own, 0xa0000003, 0, {ts("10.9.3.0/24")}, {ts("10.0.0.0/8"), ts("::/0")});
+		ans = r.request(Exchange::create_child_sa, p);
+		REQUIRE(ts_of(ans, false));
+		CHECK(ts_of(ans, false)->selectors ==
+		      std::vector<TrafficSelector>{ts("10.8.0.0/24"), ts("fd08::/64")});
+		CHECK(g.hg.installed.size() == 2);
+		// A CHILD_SA rekey the peer starts is narrowed the same way.
+		p = child_request(own, 0xa0000004, 0xa0000001, {ts("10.9.3.0/24")}, {ts("0.0.0.0/0")});
+		ans = r.request(Exchange::create_child_sa, p);
+		REQUIRE(ts_of(ans, false));
+		CHECK(ts_of(ans, false)->selectors == want);
+	}
+	SUBCASE("IKE_AUTH asking only for what is outside local_ts gets TS_UNACCEPTABLE") {
+		RawPeer r = raw_as(g, peers[2], "10.0.0.13:4500");
+		REQUIRE(r.init());
+		std::vector<Payload> ans = r.auth({ts("10.9.3.0/24")}, {ts("10.9.0.0/16")}, 0xa0000001);
+		CHECK(notify_of(ans, notify::ts_unacceptable));
+		CHECK(g.hg.installed.empty());
+		CHECK(g.hg.logged("outside local_ts"));
+	}
+	SUBCASE("without local_ts the peer's TSr is kept as it asked (the default)") {
+		RawPeer r = raw_as(g, peers[1], "10.0.0.12:4500");
+		REQUIRE(r.init());
+		const std::vector<TrafficSelector> asked{ts("0.0.0.0/0"), ts("::/0")};
+		std::vector<Payload> ans = r.auth({ts("10.9.2.0/24")}, asked, 0xa0000001);
+		REQUIRE(ts_of(ans, false));
+		CHECK(ts_of(ans, false)->selectors == asked);
+	}
+}
+
+TEST_CASE("an initiator offers its local_ts as TSi and installs the side the responder left it") {
+	const std::vector<PeerPolicy> peers = gateway_peers();
+	Gateway g;
+	PeerPolicy alice = client_of(peers[0]);
+	alice.local_ts = {*parse_prefix("10.9.1.0/25"), *parse_prefix("10.99.0.0/24")};
+	Gateway::Client& a = g.start_client(alice, "10.0.0.11:4500");
+	REQUIRE(a.h.installed.size() == 1);
+	// The gateway narrowed alice's offer to her allowed_ips there (10.9.1.0/24).
+	CHECK(a.h.installed.begin()->second.local_ts == std::vector<TrafficSelector>{ts("10.9.1.0/25")});
+	REQUIRE(g.sa_of("alice"));
+	CHECK(g.sa_of("alice")->children.at(0).remote_ts == std::vector<std::string>{"10.9.1.0/25"});
+}
