@@ -333,12 +333,13 @@ void IkeService::release_spi(uint32_t spi) { table_.release_spi(spi); }
 
 bool IkeService::install_child(size_t peer, const ike::ChildKeys& keys, bool replace_out) {
 	tunnel::Peer& p = *table_peers_[peer];
-	tunnel::ChildSaKeys in{keys.spi_in,  keys.cipher, keys.enc_in,
-	                       keys.auth_in, keys.esn,    replay_windows_[peer]};
-	tunnel::ChildSaKeys out{keys.spi_out, keys.cipher, keys.enc_out, keys.auth_out, keys.esn, 0};
 	// Inbound packets must be addressed to our side of the CHILD_SA.
+	std::vector<tunnel::AddressRange> local;
 	for (const ike::TrafficSelector& ts : keys.local_ts)
-		in.local.push_back({ts.start, ts.end});
+		local.push_back({ts.start, ts.end});
+	tunnel::ChildSaKeys in{keys.spi_in, keys.cipher,           keys.enc_in,     keys.auth_in,
+	                       keys.esn,    replay_windows_[peer], std::move(local)};
+	tunnel::ChildSaKeys out{keys.spi_out, keys.cipher, keys.enc_out, keys.auth_out, keys.esn, 0, {}};
 	// Called from inside the engine: nothing may escape into io.run(). A
 	// half-done install is undone, so the engine's refusal leaves no slot taken.
 	bool inbound = false;
