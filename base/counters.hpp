@@ -49,6 +49,7 @@ enum class Drop : uint8_t {
 	auth_failed,     ///< ICV did not verify
 	replay,          ///< sequence number already seen or left of the window
 	policy,          ///< inner source not in the peer's allowed_ips
+	dest_policy,     ///< inner destination outside the CHILD_SA's local traffic selectors
 	padding,         ///< pad length or padding bytes wrong (RFC 4303 section 2.4)
 	no_route,        ///< no peer's allowed_ips covers the inner destination
 	no_endpoint,     ///< the peer has not been heard from and has no configured endpoint
@@ -75,9 +76,9 @@ inline constexpr size_t kIgnoreKinds = static_cast<size_t>(Ignore::count_);
 /// drop_name() - the status JSON's name for @d (the enum's spelling).
 constexpr std::string_view drop_name(Drop d) noexcept {
 	constexpr std::array<std::string_view, kDropReasons> names{
-	    "malformed",     "unknown_spi", "auth_failed",     "replay",        "policy",
-	    "padding",       "no_route",    "no_endpoint",     "no_sa",         "seq_exhausted",
-	    "seq_not_saved", "too_big",     "tun_write_error", "udp_send_error"};
+	    "malformed",     "unknown_spi",   "auth_failed", "replay",          "policy",
+	    "dest_policy",   "padding",       "no_route",    "no_endpoint",     "no_sa",
+	    "seq_exhausted", "seq_not_saved", "too_big",     "tun_write_error", "udp_send_error"};
 	return names[static_cast<size_t>(d)];
 }
 // A reason added to the enum without a name would print as "" in the status.

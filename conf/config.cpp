@@ -47,15 +47,18 @@ constexpr std::string_view kTunnelKeys[] = {
     "route_all", "direct_write_max", "crypto_impl", "udp_gso",      "socket_buffer", "busy_poll_us",
     "state_dir", "tun_offload",      "workers",     "io_engine",    "udp_gro",       "ike_port",
     "local_id",  "address_pool",     "dns",         "wake_poll_us", "kill_switch"};
-constexpr std::string_view kPeerKeys[] = {
-    "name",     "endpoint",     "allowed_ips", "cipher",        "esn",       "replay_window", "out",
-    "in",       "psk",          "psk_file",    "local_id",      "remote_id", "ike_proposals", "esp_proposals",
-    "initiate", "dpd_interval", "rekey_time",  "ike_rekey_time"};
+constexpr std::string_view kPeerKeys[] = {"name",          "endpoint",       "allowed_ips", "cipher",
+                                          "esn",           "replay_window",  "out",         "in",
+                                          "psk",           "psk_file",       "local_id",    "remote_id",
+                                          "ike_proposals", "esp_proposals",  "initiate",    "dpd_interval",
+                                          "rekey_time",    "ike_rekey_time", "local_ts",    "rekey_bytes",
+                                          "rekey_packets"};
 /// Keys of a statically keyed peer that an IKE peer negotiates instead.
 constexpr std::string_view kStaticOnlyKeys[] = {"cipher", "esn", "out", "in"};
 /// Keys that only mean something with IKE.
 constexpr std::string_view kIkeOnlyKeys[] = {"local_id", "remote_id",    "ike_proposals", "esp_proposals",
-                                             "initiate", "dpd_interval", "rekey_time",    "ike_rekey_time"};
+                                             "initiate", "dpd_interval", "rekey_time",    "ike_rekey_time",
+                                             "local_ts", "rekey_bytes",  "rekey_packets"};
 constexpr std::string_view kSaKeys[] = {"spi",          "key",      "key_file",     "enc_key",
                                         "enc_key_file", "auth_key", "auth_key_file"};
 

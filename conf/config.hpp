@@ -56,11 +56,16 @@ struct IkePeerConfig {
 	std::string remote_id; ///< the identity the peer must prove; default: the peer's name
 	std::vector<ike::IkeSuite> ike_proposals = ike::default_ike_proposals();
 	std::vector<ike::EspSuite> esp_proposals = ike::default_esp_proposals();
+	/// What the peer may reach through us (our side of its CHILD_SAs, as
+	/// networks); empty: any address.
+	std::vector<IpPrefix> local_ts;
 	uint32_t dpd_interval =
 	    kDefaultDpdInterval;         ///< seconds without traffic before a liveness check; 0 = off
 	uint32_t rekey_time = 3600;      ///< seconds until we rekey a CHILD_SA (less up to 10%); 0 = never
 	uint32_t ike_rekey_time = 14400; ///< the same for the IKE SA
-	bool initiate = false;           ///< default: true when the peer has an endpoint
+	uint64_t rekey_bytes = 0;   ///< we rekey a CHILD_SA after this many bytes either way; 0 = no limit
+	uint64_t rekey_packets = 0; ///< the same in packets
+	bool initiate = false;      ///< default: true when the peer has an endpoint
 };
 
 struct PeerConfig {

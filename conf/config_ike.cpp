@@ -4,6 +4,8 @@
 #include "conf/loader.hpp"
 #include "ike/engine.hpp"
 
+#include <tuple>
+
 namespace esptun::conf::detail {
 
 IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& peer) {
@@ -76,6 +78,22 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 			ike.esp_proposals.push_back(*suite);
 		}
 	}
+	// local_ts: our side of the peer's CHILD_SAs (RFC 7296 section 2.9
+	// narrows the peer's TSr to it); inbound ESP to elsewhere is dropped.
+	auto local_list = get_strings(t, "local_ts", where, &list_line);
+	if (t.contains("local_ts") && local_list.empty())
+		fail(list_line, "local_ts of peer " + q(peer.name) +
+		                    " is empty; leave it out to let the peer reach any address");
+	for (const auto& e : local_list) {
+		auto p = parse_prefix(e.value);
+		if (!p)
+			fail(e.line, "local_ts entry " + q(e.value) +
+			                 " is not an address or prefix; write e.g. \"10.0.0.0/24\"");
+		if (p->network() != *p)
+			fail(e.line, "local_ts entry " + q(e.value) + " has host bits set; did you mean " +
+			                 q(to_string(p->network())) + "?");
+		ike.local_ts.push_back(*p);
+	}
 	if (auto v = get_int(t, "dpd_interval", where)) {
 		if (v->value < 0 || v->value > 86400)
 			fail(
@@ -94,6 +112,19 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 			         " is out of range; use seconds from 5 to 2592000 (30 days), or 0 to leave "
 			         "rekeying to the peer");
 		*field = static_cast<uint32_t>(v->value);
+	}
+	// Rekeys by volume; without ESN the engine also rekeys before the
+	// sequence numbers run out, whatever these say. A floor keeps a typo
+	// from rekeying many times a second.
+	for (auto [key, field, floor] : {std::tuple{"rekey_bytes", &ike.rekey_bytes, int64_t(1) << 20},
+	                                 std::tuple{"rekey_packets", &ike.rekey_packets, int64_t(1000)}}) {
+		auto v = get_int(t, key, where);
+		if (!v) continue;
+		if (v->value != 0 && v->value < floor)
+			fail(v->line, std::string(key) + " " + std::to_string(v->value) +
+			                  " is out of range; use " + std::to_string(floor) +
+			                  " or more, or 0 for no limit");
+		*field = static_cast<uint64_t>(v->value);
 	}
 	ike.initiate = peer.endpoint.has_value();
 	if (auto v = get_bool(t, "initiate", where)) {

@@ -8,7 +8,8 @@
 //   IKE_SA_INIT (section 1.2): proposals, key exchange, nonces, NAT detection;
 //     a responder under load asks for a cookie first (section 2.6).
 //   IKE_AUTH: identities, PSK authentication (section 2.15) and the first
-//     CHILD_SA with its traffic selectors, narrowed to the peer's allowed_ips.
+//     CHILD_SA with its traffic selectors, narrowed to the peer's allowed_ips
+//     (its side) and local_ts (ours).
 //   INFORMATIONAL: deletes and liveness checks, both directions.
 //   CREATE_CHILD_SA as responder: CHILD_SA and IKE SA rekeys the peer starts
 //     (make-before-break: the new inbound SA is live before the reply goes).
@@ -59,7 +60,11 @@ struct PeerPolicy {
 	std::vector<IkeSuite> ike_proposals;
 	std::vector<EspSuite> esp_proposals;
 	std::vector<IpPrefix> allowed_ips; ///< the peer's side of every CHILD_SA
-	std::optional<Endpoint> endpoint;  ///< where to initiate to (IKE and ESP go there)
+	/// Our side of every CHILD_SA: what the peer may reach through us. The
+	/// peer's TSr is narrowed to it, and inbound ESP to elsewhere is dropped.
+	/// Empty: any address (0.0.0.0/0 and ::/0).
+	std::vector<IpPrefix> local_ts;
+	std::optional<Endpoint> endpoint; ///< where to initiate to (IKE and ESP go there)
 	bool initiate = false;
 	uint32_t dpd_interval_s = 30; ///< 0 = no liveness checks of our own
 	/// Initiator (a client without addresses of its own): ask for a virtual
@@ -71,7 +76,20 @@ struct PeerPolicy {
 	std::vector<IpAddress> dns;    ///< responder: DNS servers handed out with them
 	uint32_t child_rekey_s = 3600; ///< we rekey each CHILD_SA after this (minus up to 10%); 0 = never
 	uint32_t ike_rekey_s = 14400;  ///< the same for the IKE SA
+	/// We also rekey a CHILD_SA once either direction of it has carried this
+	/// many inner bytes, or packets; 0 = no such limit. Without ESN, a
+	/// CHILD_SA is always rekeyed before its 32-bit sequence numbers run out
+	/// (kSeqRekeyAt).
+	uint64_t child_rekey_bytes = 0, child_rekey_packets = 0;
 };
+
+/// A CHILD_SA without ESN is rekeyed once either direction's sequence
+/// number passes this: 2^28 numbers (268 million packets, about 27 s at 10
+/// million packets a second) before the 32-bit counter would wrap, which
+/// RFC 4303 section 3.3.3 forbids. Should the rekey not be done by then,
+/// the data path stops sending on the old SA (counted as seq_exhausted)
+/// rather than wrap.
+inline constexpr uint64_t kSeqRekeyAt = (uint64_t(1) << 32) - (uint64_t(1) << 28);
 
 /// One CHILD_SA for the host to install: keys for both directions.
 struct ChildKeys {
@@ -81,6 +99,17 @@ struct ChildKeys {
 	bool esn = false;
 	std::vector<uint8_t> enc_in, auth_in, enc_out, auth_out;
 	Endpoint remote; ///< where ESP goes
+	/// Our side of the CHILD_SA as negotiated: inbound packets must be
+	/// addressed inside it (RFC 4301 section 5.2).
+	std::vector<TrafficSelector> local_ts;
+};
+
+/// Traffic one CHILD_SA has carried so far (inner packets and bytes).
+struct ChildUsage {
+	uint64_t out_bytes = 0, out_packets = 0;
+	uint64_t in_bytes = 0, in_packets = 0;
+	uint64_t out_seq = 0; ///< the highest outbound sequence number used
+	uint64_t in_seq = 0;  ///< the highest inbound sequence number accepted
 };
 
 /// What the engine needs from the service around it.
@@ -107,6 +136,12 @@ public:
 	/// still the one the peer's packets are sent with (then nothing is sent
 	/// until a new CHILD_SA is installed).
 	virtual void remove_child(size_t peer, uint32_t spi_in, uint32_t spi_out) = 0;
+	/// Traffic so far of the CHILD_SA @spi_in / @spi_out, for rekeys by
+	/// volume; nullopt when the host cannot tell (then only time rekeys it).
+	virtual std::optional<ChildUsage> child_usage(size_t /*peer*/, uint32_t /*spi_in*/,
+	                                              uint32_t /*spi_out*/) {
+		return std::nullopt;
+	}
 	/// Wall-clock-free activity: when the peer's last authenticated ESP packet came.
 	virtual std::optional<Clock::time_point> last_esp_rx(size_t peer) = 0;
 	/// The gateway assigned us @addresses and @dns (configuration payload):
@@ -281,6 +316,7 @@ private:
 	void handle_rekey_ike_response(IkeSa& sa, PendingRequest& req, std::vector<Payload>& inner,
 	                               Clock::time_point now);
 	void handle_delete_child_response(IkeSa& sa, PendingRequest& req);
+	void note_child_volume(IkeSa& sa, Clock::time_point now);
 	bool start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now,
 	                       std::optional<DhGroup> group = std::nullopt);
 	void start_ike_rekey(IkeSa& sa, Clock::time_point now);
@@ -303,6 +339,8 @@ private:
 	std::string peer_label(const IkeSa& sa) const;
 	/// The peer's side of its CHILD_SAs: allowed_ips plus its leased addresses.
 	std::vector<IpPrefix> peer_side(size_t peer) const;
+	/// Our side of its CHILD_SAs: local_ts, or every address when it has none.
+	std::vector<IpPrefix> local_side(size_t peer) const;
 	std::vector<IpAddress> offer_addresses(IkeSa& sa, const PeerPolicy& pol, bool want4, bool want6);
 	void log_limited(const std::string& line);
 	std::vector<Payload> nat_detection(uint64_t spi_i, uint64_t spi_r, Port via, const Endpoint& remote);

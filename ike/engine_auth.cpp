@@ -77,6 +77,22 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 		                                           : "does not prove our pre-shared key"));
 		return;
 	}
+	// IKE_SA_INIT chose the IKE SA's suite before we knew who the peer is,
+	// from all peers' ike_proposals together. Now that it has proven who it
+	// is, the suite must be one of its own, or it could use a suite only
+	// another peer allows. Section 2.21.2: any error that makes IKE_AUTH
+	// fail is answered AUTHENTICATION_FAILED (NO_PROPOSAL_CHOSEN here would
+	// speak of the CHILD_SA only and leave the IKE SA up).
+	if (std::find(pol.ike_proposals.begin(), pol.ike_proposals.end(), sa.suite) ==
+	    pol.ike_proposals.end()) {
+		std::string own;
+		for (const IkeSuite& s : pol.ike_proposals)
+			own += (own.empty() ? "" : ", ") + ike_suite_name(s);
+		fail_auth("peer " + pol.name + ": refused after authentication: " + endpoint_text(sa.remote) +
+		          " negotiated " + ike_suite_name(sa.suite) +
+		          ", which is not in this peer's ike_proposals (" + own + ")");
+		return;
+	}
 	sa.peer = match;
 
 	IdPayload idr{false, pol.local_id.type, pol.local_id.data};
@@ -117,6 +133,9 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 		std::optional<EspChoice> choice =
 		    choose_esp(*child_sa, pol.esp_proposals, ChildExchange::ike_auth);
 		std::vector<TrafficSelector> ts_i = narrow(tsi->selectors, peer_side(*match));
+		// TSr is what the peer asks to reach through us: only local_ts of it
+		// (section 2.9; without local_ts, all of it, as far as it is sane).
+		std::vector<TrafficSelector> ts_r = narrow(tsr->selectors, local_side(*match));
 		if (!choice) {
 			counters_.no_proposal++;
 			child_note =
@@ -126,29 +145,37 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 			child_note = "no CHILD_SA: its traffic selectors " + selectors_text(tsi->selectors) +
 			             " are outside allowed_ips, or too many once narrowed";
 			reply.push_back(make_notify(notify::ts_unacceptable));
+		} else if (ts_r.empty()) {
+			child_note = "no CHILD_SA: the selectors it asks to reach " +
+			             selectors_text(tsr->selectors) +
+			             " are outside local_ts, or too many once narrowed";
+			reply.push_back(make_notify(notify::ts_unacceptable));
 		} else if (std::optional<uint32_t> spi = host_.allocate_spi(); !spi) {
 			refuse_sa(sa, "no CHILD_SA: the SA table is full");
 			reply.push_back(make_notify(notify::no_additional_sas));
-		} else if (const ChildKeys keys = child_keys(sa, choice->cipher, choice->esn, *spi,
-		                                             choice->peer_spi, false, sa.ni, sa.nr);
+		} else if (const ChildKeys keys =
+		               with_local(child_keys(sa, choice->cipher, choice->esn, *spi, choice->peer_spi,
+		                                     false, sa.ni, sa.nr),
+		                          ts_r);
 		           !host_.install_child(*match, keys, true)) {
 			refuse_sa(sa, "no CHILD_SA: the host could not install it");
 			reply.push_back(make_notify(notify::no_additional_sas));
 		} else {
 			const uint32_t spi_in = *spi;
 			choice->reply.spi = be32_bytes(spi_in);
-			sa.children.push_back(child_record(keys, true, false, sa.ni, sa.nr, tsr->selectors,
-			                                   ts_i, pol.child_rekey_s, now));
+			sa.children.push_back(child_record(keys, true, false, sa.ni, sa.nr, ts_r, ts_i,
+			                                   pol.child_rekey_s, now));
 			child_note =
 			    "CHILD_SA up, SPIs in " + hex_spi(spi_in, 8) + " out " +
 			    hex_spi(choice->peer_spi, 8) + ", " +
 			    std::string(crypto::cipher_spec(choice->cipher).name) +
 			    (choice->esn ? " with ESN" : "") + ", selectors " + selectors_text(ts_i) +
 			    (sa.virtual_ips.empty() ? ""
-			                            : ", virtual address " + addresses_text(sa.virtual_ips));
+			                            : ", virtual address " + addresses_text(sa.virtual_ips)) +
+			    ", reaching " + selectors_text(ts_r);
 			reply.push_back(SaPayload{{choice->reply}});
 			reply.push_back(TsPayload{true, ts_i});
-			reply.push_back(TsPayload{false, tsr->selectors});
+			reply.push_back(TsPayload{false, ts_r});
 		}
 	}
 	send_response(sa, req, reply);
@@ -175,6 +202,11 @@ std::vector<IpAddress> Engine::offer_addresses(IkeSa& sa, const PeerPolicy& pol,
 		host_.log("peer " + pol.name + " asks for a virtual address, but has no fixed one " +
 		          "in [tunnel] address_pool and the pool has none free for it");
 	return out;
+}
+
+std::vector<IpPrefix> Engine::local_side(size_t peer) const {
+	if (!peers_[peer].local_ts.empty()) return peers_[peer].local_ts;
+	return {*parse_prefix("0.0.0.0/0"), *parse_prefix("::/0")};
 }
 
 std::vector<IpPrefix> Engine::peer_side(size_t peer) const {
@@ -268,13 +300,17 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 	else if (narrow(tsr->selectors, pol.allowed_ips) != tsr->selectors)
 		problem = "the responder's traffic selectors " + selectors_text(tsr->selectors) +
 		          " exceed allowed_ips";
+	else if (narrow(tsi->selectors, local_side(*sa.peer)) != tsi->selectors)
+		problem = "the responder's traffic selectors for our side " + selectors_text(tsi->selectors) +
+		          " exceed local_ts";
 	if (!problem.empty()) {
 		host_.release_spi(spi_in);
 		close(sa, problem, true, now, true);
 		return;
 	}
-	const ChildKeys keys =
-	    child_keys(sa, choice->cipher, choice->esn, spi_in, choice->peer_spi, true, sa.ni, sa.nr);
+	const ChildKeys keys = with_local(
+	    child_keys(sa, choice->cipher, choice->esn, spi_in, choice->peer_spi, true, sa.ni, sa.nr),
+	    tsi->selectors);
 	if (!host_.install_child(*sa.peer, keys, true)) {
 		close(sa, "the host could not install the CHILD_SA", true, now, true);
 		return;

@@ -520,8 +520,12 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 		tsr.selectors.push_back(selector_of(p));
 		v6 = v6 || p.addr.family == Family::v6;
 	}
-	tsi.selectors.push_back(selector_of(*parse_prefix("0.0.0.0/0")));
-	if (v6) tsi.selectors.push_back(selector_of(*parse_prefix("::/0")));
+	// Our side: local_ts when set, else any address (of IPv6 too when the
+	// peer's side has some).
+	for (const IpPrefix& p : pol.local_ts)
+		tsi.selectors.push_back(selector_of(p));
+	if (pol.local_ts.empty()) tsi.selectors.push_back(selector_of(*parse_prefix("0.0.0.0/0")));
+	if (pol.local_ts.empty() && v6) tsi.selectors.push_back(selector_of(*parse_prefix("::/0")));
 	std::vector<Payload> payloads{idi, idr, auth};
 	if (pol.request_address) {
 		// Empty attributes ask for a value (section 3.15.1): an IPv4 address

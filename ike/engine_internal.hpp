@@ -270,7 +270,14 @@ struct ChildSa {
 	Clock::time_point rekey_at{}; ///< when we rekey it; {} = never
 	bool rekeying = false;        ///< our CREATE_CHILD_SA for it is under way
 	bool deleting = false;        ///< our Delete for it is under way or queued
+	bool over_volume = false;     ///< its byte, packet or sequence limit is reached
 };
+
+/// @k with our side of the CHILD_SA, @local, for the host's inbound check.
+inline ChildKeys with_local(ChildKeys k, std::span<const TrafficSelector> local) {
+	k.local_ts.assign(local.begin(), local.end());
+	return k;
+}
 
 /// The engine's record of a CHILD_SA it just had installed.
 inline ChildSa child_record(const ChildKeys& k, bool sending, bool by_us, std::span<const uint8_t> ni,

@@ -222,7 +222,13 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 	// The exchange initiator's selectors: TSi is its side. As responder of the
 	// exchange, the peer's side is TSi when the peer initiates.
 	std::vector<TrafficSelector> ts_i = narrow(tsi->selectors, peer_side(*sa.peer));
-	if (ts_i.empty()) {
+	// TSr, what the peer asks to reach through us: only local_ts of it.
+	std::vector<TrafficSelector> ts_r = narrow(tsr->selectors, local_side(*sa.peer));
+	if (ts_i.empty() || ts_r.empty()) {
+		log_limited("peer " + pol.name + ": " + what + " from the peer refused: its selectors " +
+		            selectors_text(tsi->selectors) + " to " + selectors_text(tsr->selectors) +
+		            " are outside " + (ts_i.empty() ? "allowed_ips" : "local_ts") +
+		            ", or too many once narrowed (TS_UNACCEPTABLE)");
 		refuse(notify::ts_unacceptable);
 		return;
 	}
@@ -240,8 +246,10 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 	}
 	const uint32_t spi_in = *spi;
 	choice->reply.spi = be32_bytes(spi_in);
-	const ChildKeys keys = child_keys(sa, choice->cipher, choice->esn, spi_in, choice->peer_spi, false,
-	                                  nonce->data, nr, g_ir ? *g_ir : std::vector<uint8_t>{});
+	const ChildKeys keys =
+	    with_local(child_keys(sa, choice->cipher, choice->esn, spi_in, choice->peer_spi, false,
+	                          nonce->data, nr, g_ir ? *g_ir : std::vector<uint8_t>{}),
+	               ts_r);
 	// Make-before-break: the new inbound SA is live before the answer leaves;
 	// we keep sending on the old one until the peer deletes it.
 	if (!host_.install_child(*sa.peer, keys, old == nullptr)) {
@@ -255,8 +263,8 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 		                       return c.replaces == old_spi && c.created_by_us;
 	                       });
 	if (old) old->successor_in = spi_in;
-	ChildSa rec = child_record(keys, old == nullptr, false, nonce->data, nr, tsr->selectors, ts_i,
-	                           pol.child_rekey_s, now);
+	ChildSa rec =
+	    child_record(keys, old == nullptr, false, nonce->data, nr, ts_r, ts_i, pol.child_rekey_s, now);
 	rec.replaces = old_spi;
 	rec.pfs = choice->pfs;
 	sa.children.push_back(std::move(rec)); // may move the vector: `old` is not used after this
@@ -268,7 +276,7 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 	std::vector<Payload> reply{SaPayload{{choice->reply}}, NoncePayload{nr}};
 	if (ke_reply) reply.push_back(std::move(*ke_reply));
 	reply.push_back(TsPayload{true, ts_i});
-	reply.push_back(TsPayload{false, tsr->selectors});
+	reply.push_back(TsPayload{false, ts_r});
 	send_response(sa, req, reply);
 	host_.log("peer " + pol.name + ": CHILD_SA " +
 	          std::string(old ? "rekeyed by the peer" : "added by the peer") + ", SPIs in " +
@@ -277,6 +285,44 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 }
 
 // ---- rekeying and deleting, as the exchange initiator --------------------------
+
+/**
+ * note_child_volume() - mark the CHILD_SAs of @sa that are due by volume
+ * @sa: an established IKE SA with no request of ours out
+ * @now: the tick's time
+ *
+ * A CHILD_SA is due once either direction carried child_rekey_bytes or
+ * child_rekey_packets, or, without ESN, once a sequence number passed
+ * kSeqRekeyAt (RFC 4303 section 3.3.3: a 32-bit counter must not wrap).
+ * Its rekey then starts as a timed one would (rekey_at = now), once: a
+ * refused rekey is retried on the refusal's own schedule. Only CHILD_SAs
+ * that can be due are asked about, so the host is not asked at all for
+ * ESN CHILD_SAs of a peer without volume limits.
+ */
+void Engine::note_child_volume(IkeSa& sa, Clock::time_point now) {
+	const PeerPolicy& pol = peers_[*sa.peer];
+	for (ChildSa& c : sa.children) {
+		if (c.over_volume || !c.sending || c.successor_in || c.deleting || c.rekeying) continue;
+		if (c.esn && !pol.child_rekey_bytes && !pol.child_rekey_packets) continue;
+		const std::optional<ChildUsage> u = host_.child_usage(*sa.peer, c.spi_in, c.spi_out);
+		if (!u) continue;
+		const auto past = [](uint64_t limit, uint64_t a, uint64_t b) {
+			return limit && std::max(a, b) >= limit;
+		};
+		std::string why;
+		if (!c.esn && std::max(u->out_seq, u->in_seq) >= kSeqRekeyAt)
+			why = "its 32-bit sequence numbers near their end (no ESN)";
+		else if (past(pol.child_rekey_bytes, u->out_bytes, u->in_bytes))
+			why = "rekey_bytes reached";
+		else if (past(pol.child_rekey_packets, u->out_packets, u->in_packets))
+			why = "rekey_packets reached";
+		if (why.empty()) continue;
+		c.over_volume = true;
+		c.rekey_at = now;
+		host_.log("peer " + pol.name + ": CHILD_SA " + hex_spi(c.spi_in, 8) +
+		          " is due for a rekey: " + why);
+	}
+}
 
 bool Engine::start_child_rekey(IkeSa& sa, size_t child, Clock::time_point now, std::optional<DhGroup> group) {
 	const PeerPolicy& pol = peers_[*sa.peer];
@@ -339,21 +385,26 @@ void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::ve
 	// With PFS the answer's KE payload must be of the group we sent and
 	// agreed on; its g^ir goes into the keys (section 2.17).
 	std::optional<std::vector<uint8_t>> g_ir;
-	std::string ke_problem;
+	std::string answer_problem;
 	if (!err && choice && choice->pfs) {
 		if (!req.dh || req.dh->group() != *choice->pfs)
-			ke_problem = "the answer chose group " + std::string(dh_name(*choice->pfs)) +
-			             ", not the one we sent";
+			answer_problem = "the answer chose group " + std::string(dh_name(*choice->pfs)) +
+			                 ", not the one we sent";
 		else if (!ke || ke->group != uint16_t(*choice->pfs))
-			ke_problem =
+			answer_problem =
 			    "the answer has no key exchange of group " + std::string(dh_name(*choice->pfs));
 		else if (!(g_ir = req.dh->shared_secret(ke->data)))
-			ke_problem = "the answer's key exchange value is invalid";
+			answer_problem = "the answer's key exchange value is invalid";
 	}
-	if (err || !choice || !nonce || !tsi || !tsr || !ke_problem.empty()) {
+	// Our side may only be narrowed by the answer, never widened past local_ts.
+	if (!err && choice && tsi && answer_problem.empty() &&
+	    narrow(tsi->selectors, local_side(*sa.peer)) != tsi->selectors)
+		answer_problem = "the answer's selectors for our side " + selectors_text(tsi->selectors) +
+		                 " exceed local_ts";
+	if (err || !choice || !nonce || !tsi || !tsr || !answer_problem.empty()) {
 		host_.release_spi(req.new_spi_in);
 		ChildSa* old = find_child(req.old_spi_in);
-		if (!ke_problem.empty()) {
+		if (!answer_problem.empty()) {
 			// The peer has installed its half: ask it to delete that again.
 			sa.delete_queue.push_back(req.new_spi_in);
 		}
@@ -383,9 +434,9 @@ void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::ve
 		}
 		if (err && err->type == notify::child_sa_not_found) return; // the peer deleted it meanwhile
 		host_.log("peer " + pol.name + ": CHILD_SA rekey refused: " +
-		          (err                   ? notify_name(err->type)
-		           : !ke_problem.empty() ? ke_problem
-		                                 : std::string("the answer is not one we offered")) +
+		          (err                       ? notify_name(err->type)
+		           : !answer_problem.empty() ? answer_problem
+		                                     : std::string("the answer is not one we offered")) +
 		          "; trying again in a minute");
 		if (old) old->rekey_at = now + seconds(60);
 		return;
@@ -395,8 +446,9 @@ void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::ve
 	// answered us, and we answered it): section 2.8.1 decides which stays.
 	const bool collision = old && old->successor_in != 0;
 	const ChildKeys keys =
-	    child_keys(sa, choice->cipher, choice->esn, req.new_spi_in, choice->peer_spi, true, req.nonce,
-	               nonce->data, g_ir ? *g_ir : std::vector<uint8_t>{});
+	    with_local(child_keys(sa, choice->cipher, choice->esn, req.new_spi_in, choice->peer_spi, true,
+	                          req.nonce, nonce->data, g_ir ? *g_ir : std::vector<uint8_t>{}),
+	               tsi->selectors);
 	if (!host_.install_child(*sa.peer, keys, !collision)) {
 		// The peer has installed its half: ask it to delete that, keep the old one.
 		sa.delete_queue.push_back(req.new_spi_in);

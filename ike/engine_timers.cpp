@@ -117,6 +117,7 @@ void Engine::tick_sa(IkeSa& sa, Clock::time_point now) {
 			start_ike_rekey(sa, now);
 			return;
 		}
+		note_child_volume(sa, now);
 		bool rekeying = false;
 		for (size_t i = 0; i < sa.children.size() && !rekeying; i++) {
 			const ChildSa& c = sa.children[i];

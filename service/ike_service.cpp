@@ -83,6 +83,7 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 		pol.ike_proposals = p.ike->ike_proposals;
 		pol.esp_proposals = p.ike->esp_proposals;
 		pol.allowed_ips = p.allowed_ips;
+		pol.local_ts = p.ike->local_ts;
 		pol.endpoint = p.endpoint;
 		pol.initiate = p.ike->initiate;
 		pol.dpd_interval_s = p.ike->dpd_interval;
@@ -97,6 +98,8 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 					pol.assign.push_back(a.addr);
 		pol.dns = config.tunnel.dns;
 		pol.ike_rekey_s = p.ike->ike_rekey_time;
+		pol.child_rekey_bytes = p.ike->rekey_bytes;
+		pol.child_rekey_packets = p.ike->rekey_packets;
 		out.push_back(std::move(pol));
 	}
 	return out;
@@ -352,9 +355,13 @@ void IkeService::release_spi(uint32_t spi) { table_.release_spi(spi); }
 
 bool IkeService::install_child(size_t peer, const ike::ChildKeys& keys, bool replace_out) {
 	tunnel::Peer& p = *table_peers_[peer];
-	tunnel::ChildSaKeys in{keys.spi_in,  keys.cipher, keys.enc_in,
-	                       keys.auth_in, keys.esn,    replay_windows_[peer]};
-	tunnel::ChildSaKeys out{keys.spi_out, keys.cipher, keys.enc_out, keys.auth_out, keys.esn, 0};
+	// Inbound packets must be addressed to our side of the CHILD_SA.
+	std::vector<tunnel::AddressRange> local;
+	for (const ike::TrafficSelector& ts : keys.local_ts)
+		local.push_back({ts.start, ts.end});
+	tunnel::ChildSaKeys in{keys.spi_in, keys.cipher,           keys.enc_in,     keys.auth_in,
+	                       keys.esn,    replay_windows_[peer], std::move(local)};
+	tunnel::ChildSaKeys out{keys.spi_out, keys.cipher, keys.enc_out, keys.auth_out, keys.esn, 0, {}};
 	// Called from inside the engine: nothing may escape into io.run(). A
 	// half-done install is undone, so the engine's refusal leaves no slot taken.
 	bool inbound = false;
@@ -392,6 +399,29 @@ void IkeService::switch_outbound(size_t peer, uint32_t spi_in) {
 		           ": cannot switch to the rekeyed CHILD_SA: " + e.what());
 	}
 	pending_out_.erase(it);
+}
+
+std::optional<ike::ChildUsage> IkeService::child_usage(size_t peer, uint32_t spi_in, uint32_t spi_out) {
+	// The SA table's own counters: the outbound half only while it is the
+	// one the peer's packets are sent with (else it sends nothing).
+	const tunnel::PeerSaInfo info = table_.sa_info(*table_peers_[peer]);
+	ike::ChildUsage u;
+	bool found = false;
+	if (info.out && info.out->spi == spi_out) {
+		u.out_bytes = info.out->bytes;
+		u.out_packets = info.out->packets;
+		u.out_seq = info.out->seq;
+		found = true;
+	}
+	for (const tunnel::SaInfo& in : info.in)
+		if (in.spi == spi_in) {
+			u.in_bytes = in.bytes;
+			u.in_packets = in.packets;
+			u.in_seq = in.seq;
+			found = true;
+		}
+	if (!found) return std::nullopt;
+	return u;
 }
 
 void IkeService::remove_child(size_t peer, uint32_t spi_in, uint32_t spi_out) {

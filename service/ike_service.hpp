@@ -60,6 +60,7 @@ public:
 	void switch_outbound(size_t peer, uint32_t spi_in) override;
 	void remove_child(size_t peer, uint32_t spi_in, uint32_t spi_out) override;
 	std::optional<ike::Clock::time_point> last_esp_rx(size_t peer) override;
+	std::optional<ike::ChildUsage> child_usage(size_t peer, uint32_t spi_in, uint32_t spi_out) override;
 	void log(const std::string& line) override;
 	void send_keepalive(const Endpoint& to) override;
 	void peer_moved(size_t peer, const Endpoint& to) override;

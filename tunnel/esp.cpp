@@ -217,6 +217,11 @@ InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const 
 	if (!inner_address(inner, true, source) ||
 	    (routes ? routes->route(table, source) : table.route(source)) != peer)
 		return in_drop(Drop::policy, peer);
+	// ... and its destination one the CHILD_SA covers on our side (its
+	// local traffic selectors: what the peer may reach through us).
+	IpAddress dest;
+	if (!inner_address(inner, false, dest) || !sa->destination_allowed(dest))
+		return in_drop(Drop::dest_policy, peer);
 
 	// 7. Last-packet time and roaming.
 	InboundResult r;

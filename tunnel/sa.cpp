@@ -243,6 +243,7 @@ InboundSa* SaTable::install_inbound(Peer& peer, const ChildSaKeys& keys) {
 	sa->spec = &crypto::cipher_spec(keys.cipher);
 	sa->transforms = make_transforms(peer, keys);
 	sa->peer = &peer;
+	sa->local = keys.local;
 	InboundSa* raw = sa.get();
 	peer.run_in_.push_back(std::move(sa));
 	slot_state_[slot] = SlotState::installed;

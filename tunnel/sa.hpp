@@ -42,6 +42,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -77,6 +78,22 @@ struct PeerParams {
 	SaParams out, in;
 };
 
+/**
+ * AddressRange - the addresses of one traffic selector (RFC 7296 section
+ * 3.13.1), first to last inclusive, of one family; protocol and ports aside.
+ */
+struct AddressRange {
+	IpAddress first, last;
+
+	/// contains() - whether @a (of the same family) lies between first and last
+	bool contains(const IpAddress& a) const noexcept {
+		if (a.family != first.family) return false;
+		const size_t n = a.size();
+		return std::memcmp(first.bytes.data(), a.bytes.data(), n) <= 0 &&
+		       std::memcmp(a.bytes.data(), last.bytes.data(), n) <= 0;
+	}
+};
+
 /// One direction of a Child SA negotiated at run time (RFC 7296 section 2.17
 /// derives the keys; the suite may change at every rekey).
 struct ChildSaKeys {
@@ -86,6 +103,9 @@ struct ChildSaKeys {
 	std::vector<uint8_t> auth_key; ///< HMAC key (CBC-HMAC), empty for GCM
 	bool esn = true;               ///< extended sequence numbers (RFC 4303 section 2.2.1)
 	uint32_t replay_window = 1024; ///< inbound only
+	/// Inbound only: our side of the CHILD_SA (its local traffic selectors);
+	/// a packet to an inner destination outside them is dropped. Empty: any.
+	std::vector<AddressRange> local;
 };
 
 /**
@@ -151,6 +171,19 @@ struct InboundSa {
 	/// already arrived (reordered on the way, inside the replay window)
 	SharedCounter reordered;
 	Peer* peer = nullptr;
+	/// Our side of the CHILD_SA: set before the SA is published, then only
+	/// read. Empty: any destination (statically keyed SAs).
+	std::vector<AddressRange> local;
+
+	/// destination_allowed() - whether an inner packet to @dst may come
+	/// through this SA (RFC 4301 section 5.2: its selectors, checked after
+	/// it is opened). A scan of a few ranges; no allocation.
+	bool destination_allowed(const IpAddress& dst) const noexcept {
+		if (local.empty()) return true;
+		for (const AddressRange& r : local)
+			if (r.contains(dst)) return true;
+		return false;
+	}
 
 	InboundSa(uint32_t window, bool esn_on) : esn(esn_on), replay(window, esn_on) {}
 };

@@ -178,3 +178,39 @@ psk = "alice-pre-shared-key-0123456789"
 	CHECK(error_of(client, Role::client).find("address_pool and dns are for a gateway") !=
 	      std::string::npos);
 }
+
+TEST_CASE("local_ts: what an IKE peer may reach, as networks; absent means any address") {
+	Config c = parse_config(with(kGateway, "dpd_interval = 10",
+	                             "dpd_interval = 10\nlocal_ts = [\"10.50.0.0/16\", \"fd50::/64\"]"),
+	                        "t.toml", Role::gateway);
+	const IkePeerConfig& ike = *c.peers.at(0).ike;
+	REQUIRE(ike.local_ts.size() == 2);
+	CHECK(ike.local_ts[0] == *parse_prefix("10.50.0.0/16"));
+	CHECK(ike.local_ts[1] == *parse_prefix("fd50::/64"));
+	CHECK(parse_config(kGateway, "t.toml", Role::gateway).peers.at(0).ike->local_ts.empty());
+	CHECK(error_of(with(kGateway, "dpd_interval = 10", "local_ts = []"))
+	          .find("local_ts of peer 'alice' is empty") != std::string::npos);
+	CHECK(error_of(with(kGateway, "dpd_interval = 10", "local_ts = [\"10.50.0.1/16\"]"))
+	          .find("t.toml:16: local_ts entry '10.50.0.1/16' has host bits set; did you mean "
+	                "'10.50.0.0/16'") != std::string::npos);
+	CHECK(error_of(with(kGateway, "dpd_interval = 10", "local_ts = [\"10.50.0\"]"))
+	          .find("is not an address or prefix") != std::string::npos);
+}
+
+TEST_CASE("rekey_bytes and rekey_packets: off by default, with a floor against rekey storms") {
+	const IkePeerConfig def = *parse_config(kGateway, "t.toml", Role::gateway).peers.at(0).ike;
+	CHECK(def.rekey_bytes == 0);
+	CHECK(def.rekey_packets == 0);
+	const IkePeerConfig set = *parse_config(with(kGateway, "dpd_interval = 10",
+	                                             "rekey_bytes = 4000000000\nrekey_packets = 1000"),
+	                                        "t.toml", Role::gateway)
+	                               .peers.at(0)
+	                               .ike;
+	CHECK(set.rekey_bytes == 4000000000u);
+	CHECK(set.rekey_packets == 1000);
+	CHECK(error_of(with(kGateway, "dpd_interval = 10", "rekey_bytes = 1000"))
+	          .find("t.toml:16: rekey_bytes 1000 is out of range; use 1048576 or more, or 0") !=
+	      std::string::npos);
+	CHECK(error_of(with(kGateway, "dpd_interval = 10", "rekey_packets = -1"))
+	          .find("rekey_packets -1 is out of range") != std::string::npos);
+}

@@ -80,6 +80,14 @@ struct FakeHost : Host {
 		if (current_out == spi_out) current_out = 0;
 	}
 	std::optional<Clock::time_point> last_esp_rx(size_t) override { return esp_rx; }
+	/// What child_usage() reports, by inbound SPI (nothing carried for others).
+	std::map<uint32_t, ChildUsage> usage;
+	int usage_queries = 0;
+	std::optional<ChildUsage> child_usage(size_t, uint32_t spi_in, uint32_t) override {
+		usage_queries++;
+		auto it = usage.find(spi_in);
+		return it == usage.end() ? ChildUsage{} : it->second;
+	}
 	void log(const std::string& line) override { logs.push_back(line); }
 	std::vector<IpAddress> got_addresses, got_dns;
 	void assigned(size_t, std::span<const IpAddress> a, std::span<const IpAddress> d) override {
