@@ -123,7 +123,12 @@ struct TunnelConfig {
 	/// Where outbound sequence numbers are kept across restarts
 	/// (<state_dir>/esptun.seq, keyed by a fingerprint of each key: service/seq_state.hpp)
 	std::string state_dir = "/var/lib/esptun";
-	bool route_all = false; ///< client only: default route through the tunnel
+	/// After set-up: run as `user` with CAP_NET_ADMIN only, no new privileges
+	/// and a seccomp allow-list (platform/privileges.hpp); false keeps root's
+	/// privileges (debugging only)
+	bool drop_privileges = true;
+	std::string user = "nobody"; ///< who the endpoint runs as once set up
+	bool route_all = false;      ///< client only: default route through the tunnel
 	/// UDP port for IKE_SA_INIT from initiators that start on port 500 (RFC
 	/// 7296 section 2.23); 0 = IKE only on the listen port. Used when a peer has psk.
 	uint16_t ike_port = kDefaultIkePort;
