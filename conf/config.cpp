@@ -46,7 +46,8 @@ constexpr std::string_view kTunnelKeys[] = {
     "interface", "addresses",        "listen",      "mtu",          "tun_io",        "control_socket",
     "route_all", "direct_write_max", "crypto_impl", "udp_gso",      "socket_buffer", "busy_poll_us",
     "state_dir", "tun_offload",      "workers",     "io_engine",    "udp_gro",       "ike_port",
-    "local_id",  "address_pool",     "dns",         "wake_poll_us", "kill_switch"};
+    "local_id",  "address_pool",     "dns",         "wake_poll_us", "kill_switch",   "drop_privileges",
+    "user"};
 constexpr std::string_view kPeerKeys[] = {"name",          "endpoint",       "allowed_ips", "cipher",
                                           "esn",           "replay_window",  "out",         "in",
                                           "psk",           "psk_file",       "local_id",    "remote_id",
@@ -342,6 +343,13 @@ void Loader::parse_tunnel(const toml::table& t) {
 		tc.control_socket = v->value;
 	}
 
+	if (auto v = get_bool(t, "drop_privileges", where)) tc.drop_privileges = v->value;
+	if (auto v = get_string(t, "user", where)) {
+		if (v->value.empty() ||
+		    v->value.find_first_of(std::string_view(":/\0\n", 4)) != std::string::npos)
+			fail(v->line, "user " + q(v->value) + " is not a user name; use e.g. \"nobody\"");
+		tc.user = v->value;
+	}
 	if (auto v = get_bool(t, "udp_gso", where)) tc.udp_gso = v->value;
 	if (auto v = get_bool(t, "udp_gro", where)) tc.udp_gro = v->value;
 	if (auto v = get_bool(t, "tun_offload", where)) tc.tun_offload = v->value;

@@ -128,7 +128,12 @@ struct TunnelConfig {
 	/// Where outbound sequence numbers are kept across restarts
 	/// (<state_dir>/esptun.seq, keyed by a fingerprint of each key: service/seq_state.hpp)
 	std::string state_dir = "/var/lib/esptun";
-	bool route_all = false; ///< client only: default route through the tunnel
+	/// After set-up: run as `user` with CAP_NET_ADMIN only, no new privileges
+	/// and a seccomp allow-list (platform/privileges.hpp); false keeps root's
+	/// privileges (debugging only)
+	bool drop_privileges = true;
+	std::string user = "nobody"; ///< who the endpoint runs as once set up
+	bool route_all = false;      ///< client only: default route through the tunnel
 	/// Client with route_all only: "unreachable" /1 routes of both families
 	/// lie underneath the tunnel's and outlive a killed client, so nothing
 	/// leaves outside the tunnel until a clean stop (service/tun_setup.hpp).

@@ -6,7 +6,11 @@
 set -euo pipefail
 
 # Build: compiler, CMake, and the libraries the tree links against.
-build_pkgs=(g++ cmake make pkg-config libssl-dev liburing-dev libasio-dev libtomlplusplus-dev doctest-dev)
+# libseccomp-dev: the system call allow-list after the privilege drop
+# (platform/privileges.cpp); libseccomp checks the architecture and builds
+# the filter program, which raw BPF would leave to us.
+build_pkgs=(g++ cmake make pkg-config libssl-dev liburing-dev libseccomp-dev libasio-dev libtomlplusplus-dev
+	doctest-dev)
 # Tests: namespaces and addresses (iproute2), traffic (iperf3, ping), the
 # scapy interop peer, clang + its runtimes for the fuzz build and
 # clang-format, and pgrep/sysctl (procps). openresolv (the resolvconf that

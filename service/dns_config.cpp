@@ -158,7 +158,20 @@ std::string join(const std::vector<std::string>& words) {
 	return s;
 }
 
+/// The process-wide runner set by set_dns_tool_runner(); empty: run_tool().
+DnsToolRunner& tool_runner() {
+	static DnsToolRunner runner;
+	return runner;
+}
+
 } // namespace
+
+std::string run_dns_tool(const std::vector<std::string>& argv, const std::string& input,
+                         std::chrono::milliseconds timeout) {
+	return run_tool(argv, input, timeout);
+}
+
+void set_dns_tool_runner(DnsToolRunner runner) { tool_runner() = std::move(runner); }
 
 LinkDns::LinkDns(std::vector<std::string> tool_dirs, std::chrono::milliseconds timeout)
     : tool_dirs_(std::move(tool_dirs)), timeout_(timeout) {}
@@ -177,7 +190,8 @@ bool LinkDns::run_logged(const std::string& tool, const std::vector<std::string>
                          const std::string& input) const {
 	std::vector<std::string> argv{tool};
 	argv.insert(argv.end(), args.begin(), args.end());
-	const std::string why = run_tool(argv, input, timeout_);
+	const std::string why =
+	    tool_runner() ? tool_runner()(argv, input, timeout_) : run_tool(argv, input, timeout_);
 	if (why.empty()) return true;
 	log::warn("DNS: " + join(argv) + " failed: " + why);
 	return false;

@@ -22,6 +22,7 @@
 #include "base/inet.hpp"
 
 #include <chrono>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +32,28 @@ namespace esptun::service {
 /// Where LinkDns looks for resolvectl and resolvconf, in order. A fixed list
 /// rather than $PATH: esptun runs as root.
 inline const std::vector<std::string> kDnsToolDirs{"/usr/bin", "/bin", "/usr/sbin", "/sbin"};
+
+/**
+ * DnsToolRunner - how LinkDns runs resolvectl or resolvconf
+ * @argv:    argv[0] is the tool's full path
+ * @input:   its stdin
+ * @timeout: the time limit, after which it is killed
+ * Return: "" when it exited with status 0, else what went wrong.
+ */
+using DnsToolRunner = std::function<std::string(const std::vector<std::string>& argv,
+                                                const std::string& input, std::chrono::milliseconds timeout)>;
+
+/// run_dns_tool() - the runner LinkDns uses by default: posix_spawn here, as this process.
+std::string run_dns_tool(const std::vector<std::string>& argv, const std::string& input,
+                         std::chrono::milliseconds timeout);
+
+/**
+ * set_dns_tool_runner() - make every LinkDns in the process run its tools
+ * with @runner (after a privilege drop: through the helper that kept root,
+ * service/dns_helper.hpp); an empty @runner restores run_dns_tool(). Call
+ * it before any thread that may use LinkDns starts.
+ */
+void set_dns_tool_runner(DnsToolRunner runner);
 
 class LinkDns {
 public:

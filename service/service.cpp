@@ -14,6 +14,7 @@
 #include "service/control_loop.hpp"
 #include "service/ike_service.hpp"
 #include "service/log.hpp"
+#include "service/privileges.hpp"
 #include "service/seq_state.hpp"
 #include "service/tun_port_choice.hpp"
 #include "service/tun_setup.hpp"
@@ -247,6 +248,8 @@ void run_service(const conf::Config& config, const std::string& program) {
 	if (ike) ike->set_full_tunnel(full_tunnel.get());
 	// 8. The control socket.
 	ControlServer control(loop.io, tc.control_socket, status_source(info, workers, table));
+	// 8b. Give up root: CAP_NET_ADMIN, no_new_privs, seccomp (before any thread starts).
+	drop_privileges(config);
 	// 9. The data-path threads, and the control loop's timers.
 	WorkerThreads threads(workers, loop.io, loop.stop.get());
 	SeqRefresh seq_refresh(loop.io, table, seq_state);

@@ -35,6 +35,7 @@ import sys
 OWNED_SYSTEM_HEADERS = [
     (re.compile(r'#include\s*<linux/'), 'platform'),
     (re.compile(r'#include\s*<liburing'), 'platform'),
+    (re.compile(r'#include\s*<(seccomp\.h|sys/capability\.h|cap-ng\.h)'), 'platform'),
     (re.compile(r'#include\s*<asio'), 'service'),
     (re.compile(r'#include\s*<toml\+\+/'), 'conf'),
 ]
@@ -106,7 +107,7 @@ def check_sources(source_dir, fail, ok):
                         found += 1
                         fail(f'{rel}:{n}: {line.strip()} belongs to {owner}/ only')
     if not found:
-        ok('owned system headers (<linux/*>, liburing, Asio, toml++) and "../" includes')
+        ok('owned system headers (<linux/*>, liburing, seccomp and capabilities, Asio, toml++) and "../" includes')
 
 
 def main():

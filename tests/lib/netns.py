@@ -78,9 +78,14 @@ def require_environment(tools=("ip",)):
 
 
 def make_tempdir(tag):
-    """make_tempdir() - a private temp folder removed at clean-up."""
+    """make_tempdir() - a private temp folder removed at clean-up.
+
+    Mode 0711: others cannot list it, but an endpoint that dropped to user
+    nobody can still reach the state_dir it was given inside it (its files
+    are mode 0600 and root's).
+    """
     path = tempfile.mkdtemp(prefix=f"et-{tag}-")
-    os.chmod(path, 0o700)
+    os.chmod(path, 0o711)
     on_cleanup(shutil.rmtree, path, True)
     return path
 

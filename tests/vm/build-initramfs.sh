@@ -174,6 +174,10 @@ done
 cp "$IPROUTE" "$R/bin/ip"
 [ -n "$STRACE" ] && cp "$STRACE" "$R/bin/strace"
 mkdir -p "$R/etc/iproute2"
+# The user esptun drops to once set up ([tunnel] user, default nobody:
+# README.md, "Privileges"); the VM's own files, not the host's.
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$R/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$R/etc/group"
 # Debug info is ~94% of a debug build's binary and triples the boot time spent
 # loading the initramfs; --strip-debug keeps the symbols (backtraces still
 # name functions).

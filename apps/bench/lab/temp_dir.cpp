@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace esptun::bench::lab {
@@ -15,6 +16,10 @@ TempDir::TempDir(const std::string& prefix) {
 	std::string tmpl = prefix + "XXXXXX";
 	if (!mkdtemp(tmpl.data())) throw_errno("mkdtemp", tmpl);
 	path_ = tmpl; // mkdtemp creates it with mode 0700
+	// 0711: others may not list it, but the gateways it starts, which drop to
+	// user nobody once set up (README.md, "Privileges"), must still reach the
+	// state_dir inside it. Its files stay 0600 and root's.
+	if (::chmod(path_.c_str(), 0711) != 0) throw_errno("chmod", path_);
 }
 
 TempDir::~TempDir() {

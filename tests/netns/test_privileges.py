@@ -1,0 +1,204 @@
+#!/usr/bin/python3
+# test_privileges.py - a running IKE gateway and client have given up root
+# (service/privileges.cpp, platform/privileges.cpp): /proc/PID/status shows
+# user nobody, CAP_NET_ADMIN as the only capability (effective, permitted,
+# bounding), no_new_privs and seccomp filter mode, and yet traffic flows,
+# the client's CHILD_SA and IKE SA rekey, and both stop cleanly (routes and
+# addresses removed with the CAP_NET_ADMIN they kept). Then the opt-out:
+# with drop_privileges = false the same gateway keeps root, its
+# capabilities and no filter.
+#
+#      netns C (et-priv-PID-c)                  netns G (et-priv-PID-g)
+#    +--------------------------------+       +--------------------------------+
+#    | esptun-client                  |       | esptun-gateway                 |
+#    |   tun pcN 10.78.0.10/32        |       |   tun pgN 10.78.0.1/24         |
+#    |   (assigned), rekey_time 5 s   |       |   address_pool 10.78.0.0/24    |
+#    | ulc 10.204.0.2/24 ------------ veth -- ulg 10.204.0.1/24               |
+#    +--------------------------------+       +--------------------------------+
+#
+# The seccomp filter's refusal of a forbidden call is shown by the unit test
+# (tests/unit/platform/privileges_test.cpp); here it is the absence of a
+# refusal under real traffic and rekeying that counts: a call missing from
+# the list would have stopped a process with SIGSYS.
+#
+# usage: test_privileges.py BUILD_DIR   (root)
+"""A running gateway and client have dropped privileges, and still work."""
+
+import os
+import pwd
+import sys
+import time
+
+# The shared helpers in tests/lib (tests/lib/README.md: why this one line).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+
+import esptun_conf as conf  # noqa: E402
+import esptun_proc  # noqa: E402
+import netns  # noqa: E402
+import ping  # noqa: E402
+import report  # noqa: E402
+from netns import TestError  # noqa: E402
+
+GW_UL, C_UL = "10.204.0.1", "10.204.0.2"
+GW_IN, POOL, VIP = "10.78.0.1", "10.78.0.0/24", "10.78.0.10"
+PSK = "privileges-test-pre-shared-key-0123"
+NET_ADMIN = 1 << 12  # CAP_NET_ADMIN, capabilities(7)
+REKEY_TIMEOUT = 20   # rekey_time 5 and ike_rekey_time 6 (+ jitter) -> both well within
+
+
+def proc_status(pid):
+    """The fields of /proc/PID/status as a dict of strings."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            out[k] = v.strip()
+    return out
+
+
+def check_dropped(rep, who, pid):
+    st = proc_status(pid)
+    nobody = pwd.getpwnam("nobody")
+    rep.equal(st["Uid"].split(), [str(nobody.pw_uid)] * 4, f"{who}: Uid (real, effective, saved, fs)")
+    rep.equal(st["Gid"].split(), [str(nobody.pw_gid)] * 4, f"{who}: Gid")
+    rep.equal(st.get("Groups", ""), "", f"{who}: supplementary groups")
+    for cap in ("CapEff", "CapPrm", "CapBnd"):
+        rep.equal(int(st[cap], 16), NET_ADMIN, f"{who}: {cap} is CAP_NET_ADMIN alone")
+    for cap in ("CapInh", "CapAmb"):
+        rep.equal(int(st[cap], 16), 0, f"{who}: {cap} empty")
+    rep.equal(st["NoNewPrivs"], "1", f"{who}: NoNewPrivs")
+    rep.equal(st["Seccomp"], "2", f"{who}: Seccomp (2 = filter)")
+    tasks = os.listdir(f"/proc/{pid}/task")
+    same = all(proc_status(f"{pid}/task/{t}")["Seccomp"] == "2" and
+               int(proc_status(f"{pid}/task/{t}")["CapEff"], 16) == NET_ADMIN for t in tasks)
+    rep.check(same, f"{who}: all {len(tasks)} threads filtered and with CAP_NET_ADMIN only")
+
+
+def log_line(ep, needle):
+    return next((ln for ln in netns.tail(ep.log, 300).splitlines() if needle in ln), None)
+
+
+def ike_sa(st):
+    ike = st.get("ike") if isinstance(st.get("ike"), dict) else {}
+    return next((s for s in ike.get("sas") or [] if isinstance(s, dict)
+                 and s.get("state") == "established"), None)
+
+
+def build(ctx, drop=True):
+    tag = "priv" if drop else "privk"
+    g = netns.Netns(netns.unique(tag, "g"))
+    c = netns.Netns(netns.unique(tag, "c"))
+    ctx.ns += [g, c]
+    netns.veth(g, c, "ulg", "ulc", [f"{GW_UL}/24"], [f"{C_UL}/24"])
+    sfx = f"{os.getpid() % 10000}{len(ctx.ns)}"
+    gw_tunnel = {
+        "interface": f"pg{sfx}", "addresses": [f"{GW_IN}/24"], "listen": f"{GW_UL}:4500",
+        "ike_port": 500, "local_id": "gw.example", "address_pool": [POOL], "tun_io": "direct",
+        "control_socket": os.path.join(ctx.tmp, f"g{sfx}.sock"),
+        "state_dir": os.path.join(ctx.tmp, f"state-g{sfx}"),
+        "drop_privileges": None if drop else False,  # None: the default
+    }
+    gw_peer = dict(name="alice", allowed_ips=[f"{VIP}/32"], psk=PSK, remote_id="alice@example.com")
+    cl_tunnel = {
+        "interface": f"pc{sfx}", "listen": f"{C_UL}:4500", "local_id": "alice@example.com",
+        "tun_io": "direct", "control_socket": os.path.join(ctx.tmp, f"c{sfx}.sock"),
+        "state_dir": os.path.join(ctx.tmp, f"state-c{sfx}"),
+        "drop_privileges": None if drop else False,
+    }
+    cl_peer = dict(name="gw", endpoint=f"{GW_UL}:4500", allowed_ips=[POOL], psk=PSK,
+                   remote_id="gw.example", rekey_time=5, ike_rekey_time=6)
+    gcfg = conf.write_private(os.path.join(ctx.tmp, f"g{sfx}.toml"),
+                              conf.render_ike_config(gw_tunnel, [gw_peer]))
+    ccfg = conf.write_private(os.path.join(ctx.tmp, f"c{sfx}.toml"),
+                              conf.render_ike_config(cl_tunnel, [cl_peer]))
+    gw = esptun_proc.Endpoint(ctx.build, g, gcfg, os.path.join(ctx.tmp, f"gateway{sfx}.log"))
+    cl = esptun_proc.Endpoint(ctx.build, c, ccfg, os.path.join(ctx.tmp, f"client{sfx}.log"),
+                              "client")
+    ctx.eps += [gw, cl]
+    return g, c, gw, cl
+
+
+def wait_rekeyed(cl):
+    def ready():
+        if not cl.alive():
+            raise TestError(f"esptun-client exited with {cl.proc.returncode}; log:\n"
+                            f"{netns.tail(cl.log, 15)}")
+        sa = ike_sa(cl.status())
+        return sa if sa and sa.get("child_rekeys", 0) >= 1 and sa.get("ike_rekeys", 0) >= 1 else None
+    return netns.wait_until(ready, REKEY_TIMEOUT, interval=0.2,
+                            what="a CHILD_SA and an IKE SA rekey in the client's status")
+
+
+def dropped_case(rep, ctx):
+    rep.section("privileges dropped (the default)")
+    g, c, gw, cl = build(ctx)
+    gw.start()
+    cl.start()
+    netns.wait_until(lambda: ike_sa(cl.status()), 10, interval=0.1, what="the client's IKE SA")
+    for who, ep in (("gateway", gw), ("client", cl)):
+        check_dropped(rep, who, ep.proc.pid)
+        line = log_line(ep, "privileges: dropped to user nobody")
+        rep.check(line is not None and "cap_net_admin" in line and "seccomp" in line,
+                  f"{who} log: {line!r}", netns.tail(ep.log, 15))
+    ping.expect_replies(rep, "ping C -> gateway through the tunnel", ping.run(c, GW_IN), 3)
+    sa = wait_rekeyed(cl)
+    rep.info(f"client: child_rekeys {sa.get('child_rekeys')}, ike_rekeys {sa.get('ike_rekeys')}")
+    ping.expect_replies(rep, "ping C -> gateway after the rekeys", ping.run(c, GW_IN), 3)
+    for who, ep in (("gateway", gw), ("client", cl)):
+        rep.check(ep.alive(), f"{who} still running (no system call refused)", netns.tail(ep.log, 15))
+    for who, ep, ns, tun in (("client", cl, c, "pc"), ("gateway", gw, g, "pg")):
+        rc = ep.stop()
+        rep.equal(rc, 0, f"{who}: SIGTERM -> exit code")
+        links = ns.run("ip", "-o", "link", "show").stdout
+        routes = ns.run("ip", "route", "show").stdout
+        rep.check(f": {tun}" not in links and "10.78.0." not in routes,
+                  f"{who}: tun, its addresses and routes removed", links + routes)
+        rep.check(log_line(ep, "cannot save the last sequence numbers") is None,
+                  f"{who}: saved its sequence state as user nobody", netns.tail(ep.log, 10))
+
+
+def kept_case(rep, ctx):
+    rep.section("drop_privileges = false: everything kept")
+    g, c, gw, cl = build(ctx, drop=False)
+    gw.start()
+    st = proc_status(gw.proc.pid)
+    rep.equal(st["Uid"].split()[0], "0", "gateway: Uid")
+    rep.check(int(st["CapEff"], 16) & ~NET_ADMIN != 0, f"gateway: CapEff {st['CapEff']} "
+              "has more than CAP_NET_ADMIN")
+    rep.equal(st["Seccomp"], "0", "gateway: Seccomp (0 = none)")
+    line = log_line(gw, "privileges: kept (drop_privileges = false)")
+    rep.check(line is not None, f"gateway log: {line!r}", netns.tail(gw.log, 15))
+    rep.equal(gw.stop(), 0, "gateway: SIGTERM -> exit code")
+
+
+def body(rep, build_dir):
+    netns.require_environment(("ip", "ping"))
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        raise TestError("user nobody does not exist (the default [tunnel] user)")
+
+    class Ctx:
+        pass
+    ctx = Ctx()
+    ctx.build, ctx.tmp, ctx.ns, ctx.eps = build_dir, netns.make_tempdir("priv"), [], []
+    t0 = time.monotonic()
+
+    def dump_logs():
+        for ep in ctx.eps:
+            print(f"\n--- {ep.log}:\n{netns.tail(ep.log, 30)}")
+    rep.on_failure.append(dump_logs)
+    try:
+        dropped_case(rep, ctx)
+        kept_case(rep, ctx)
+    finally:
+        for ep in ctx.eps:
+            if ep.alive():
+                ep.stop()
+        for ns in reversed(ctx.ns):
+            ns.delete()
+    rep.info(f"{time.monotonic() - t0:.1f} s in all")
+
+
+if __name__ == "__main__":
+    report.main("netns/privileges", body, tools=("ip", "ping"))
