@@ -380,7 +380,7 @@ std::vector<uint8_t> Engine::cookie_for(const Endpoint& from, uint64_t spi_i,
 	store_be16(b, from.port);
 	store_be64(b + 2, spi_i);
 	data.insert(data.end(), b, b + sizeof b);
-	return prf(PrfId::hmac_sha256, cookie_secret_, data);
+	return declassify(prf(PrfId::hmac_sha256, cookie_secret_, data)); // the cookie is public
 }
 
 std::vector<Payload> Engine::nat_detection(uint64_t spi_i, uint64_t spi_r, Port via, const Endpoint& remote) {
@@ -492,7 +492,7 @@ void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const
 	sa->via = via;
 	sa->suite = choice->suite;
 	sa->dh = std::make_unique<DhKeyPair>(choice->suite.dh);
-	std::optional<std::vector<uint8_t>> g_ir = sa->dh->shared_secret(ke->data);
+	std::optional<SecretBytes> g_ir = sa->dh->shared_secret(ke->data);
 	if (!g_ir) {
 		counters_.malformed++;
 		send_plain_notify(via, from, h, notify::invalid_syntax, {});
@@ -635,7 +635,7 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 		      true, now);
 		return;
 	}
-	std::optional<std::vector<uint8_t>> g_ir = sa.dh->shared_secret(ke->data);
+	std::optional<SecretBytes> g_ir = sa.dh->shared_secret(ke->data);
 	if (!g_ir) {
 		close(sa, "the responder's key exchange value is invalid", true, now);
 		return;

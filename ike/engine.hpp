@@ -53,7 +53,7 @@ std::string identity_text(const Identity& id);
 /// One peer keyed by IKE, as configured.
 struct PeerPolicy {
 	std::string name;
-	std::vector<uint8_t> psk;
+	SecretBytes psk; ///< never logged; wiped when freed
 	Identity local_id, remote_id;
 	std::vector<IkeSuite> ike_proposals;
 	std::vector<EspSuite> esp_proposals;
@@ -78,8 +78,8 @@ struct ChildKeys {
 	uint32_t spi_out = 0; ///< the peer receives with it
 	crypto::Cipher cipher = crypto::Cipher::aes128_gcm;
 	bool esn = false;
-	std::vector<uint8_t> enc_in, auth_in, enc_out, auth_out;
-	Endpoint remote; ///< where ESP goes
+	SecretBytes enc_in, auth_in, enc_out, auth_out; ///< wiped when freed
+	Endpoint remote;                                ///< where ESP goes
 };
 
 /// What the engine needs from the service around it.
@@ -284,7 +284,7 @@ private:
 	std::vector<std::vector<IpAddress>> leased_; ///< per peer: from Host::lease_address()
 	std::vector<IkeSuite> responder_suites_;     ///< union of all peers' IKE proposals
 	IkeCounters counters_;
-	std::vector<uint8_t> cookie_secret_;
+	SecretBytes cookie_secret_;
 	/// The message being handled, for an answer when a handler throws.
 	struct Handling {
 		uint64_t our_spi = 0;

@@ -1,6 +1,7 @@
 // Command line for the gateway and the client: see cli.hpp.
 #include "apps/cli/cli.hpp"
 
+#include "platform/process.hpp"
 #include "service/control.hpp"
 #include "service/log.hpp"
 #include "service/service.hpp"
@@ -94,6 +95,9 @@ int cli_main(conf::Role role, int argc, char** argv) {
 	service::log::set_program(program);
 	if (args.verbose) service::log::set_level(service::log::Level::debug);
 	try {
+		// Before the config (and its keys) is read: no core dump may hold a
+		// key (issue 16; why not MADV_DONTDUMP: platform/process.hpp).
+		platform::disable_core_dumps();
 		conf::Config config = conf::load_config(args.config, role);
 		if (args.verb == "check") return check(config);
 		if (args.verb == "status") {
