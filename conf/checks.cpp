@@ -5,9 +5,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <fcntl.h>
 #include <iterator>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace esptun::conf {
 
@@ -161,7 +162,7 @@ std::string check_interface_address(const IpPrefix& p) {
 	return {};
 }
 
-std::string decode_hex_key(std::string_view text, std::vector<uint8_t>& out) {
+std::string decode_hex_key(std::string_view text, SecretBytes& out) {
 	out.clear();
 	if (text.size() < 2 || text[0] != '0' || (text[1] != 'x' && text[1] != 'X'))
 		return "must be hex starting with 0x, as `ip xfrm state` takes keys (e.g. \"0x6b3a...\")";
@@ -180,7 +181,42 @@ std::string decode_hex_key(std::string_view text, std::vector<uint8_t>& out) {
 	return {};
 }
 
-std::string read_key_file(const std::filesystem::path& path, std::string& text) {
+std::string check_secret_mode(std::string_view what, const std::string& name, unsigned mode) {
+	if ((mode & 077) == 0) return {};
+	return std::string(what) + " " + name + " has mode " + octal_mode(mode) +
+	       ", so group or others may access it; run: chmod 600 " + name;
+}
+
+std::string read_file_wiped(const std::filesystem::path& path, size_t max, SecretString& out,
+                            struct stat& st) {
+	out.clear();
+	// read(2) straight into wiping storage: an ifstream would leave a copy
+	// of the secret in its own (unwiped) buffer. O_NONBLOCK: a FIFO swapped
+	// in after the caller's stat() cannot block the open.
+	const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) return std::strerror(errno);
+	struct Closer {
+		int fd;
+		~Closer() { ::close(fd); }
+	} closer{fd};
+	if (::fstat(fd, &st) != 0) return std::strerror(errno);
+	if (!S_ISREG(st.st_mode)) return "not a regular file";
+	if (static_cast<uintmax_t>(st.st_size) > max) return "larger than " + std::to_string(max) + " bytes";
+	out.resize(static_cast<size_t>(st.st_size) + 1); // one more: a file that grew shows
+	size_t got = 0;
+	while (got < out.size()) {
+		const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+		if (n < 0 && errno == EINTR) continue;
+		if (n < 0) return std::strerror(errno);
+		if (n == 0) break;
+		got += static_cast<size_t>(n);
+	}
+	if (got > max || got > static_cast<size_t>(st.st_size)) return "grew while being read";
+	out.resize(got);
+	return {};
+}
+
+std::string read_key_file(const std::filesystem::path& path, SecretString& text) {
 	text.clear();
 	const std::string name = path.string();
 	// stat() before opening: only regular files are opened, so a path to a
@@ -189,20 +225,16 @@ std::string read_key_file(const std::filesystem::path& path, std::string& text) 
 	if (::stat(name.c_str(), &st) != 0)
 		return "cannot read key file " + name + ": " + std::strerror(errno) + "; check the path";
 	if (!S_ISREG(st.st_mode)) return "key file " + name + " is not a regular file";
-	if ((st.st_mode & 077) != 0)
-		return "key file " + name + " has mode " + octal_mode(st.st_mode) +
-		       ", so group or others may access it; run: chmod 600 " + name;
+	if (auto err = check_secret_mode("key file", name, st.st_mode); !err.empty()) return err;
 	if (st.st_size > static_cast<off_t>(kKeyFileMax))
 		return "key file " + name + " is larger than " + std::to_string(kKeyFileMax) +
 		       " bytes; it should hold one 0x... hex key";
 
-	std::ifstream in(path, std::ios::binary);
-	if (!in) return "cannot open key file " + name + "; check its owner and permissions";
-	std::string data(kKeyFileMax + 1, '\0');
-	in.read(data.data(), static_cast<std::streamsize>(data.size()));
-	if (in.bad()) return "cannot read key file " + name;
-	data.resize(static_cast<size_t>(in.gcount()));
-	if (data.size() > kKeyFileMax) return "key file " + name + " grew while being read";
+	SecretString data;
+	if (auto err = read_file_wiped(path, kKeyFileMax, data, st); !err.empty())
+		return "cannot read key file " + name + ": " + err + "; check its owner and permissions";
+	// Checked again on the file actually opened (it may have been replaced).
+	if (auto err = check_secret_mode("key file", name, st.st_mode); !err.empty()) return err;
 
 	auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
 	size_t b = 0, e = data.size();
@@ -210,7 +242,7 @@ std::string read_key_file(const std::filesystem::path& path, std::string& text) 
 		b++;
 	while (e > b && is_space(data[e - 1]))
 		e--;
-	text = data.substr(b, e - b);
+	text.assign(data, b, e - b);
 	return {};
 }
 

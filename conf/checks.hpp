@@ -4,12 +4,14 @@
 #pragma once
 
 #include "base/inet.hpp"
+#include "base/secret.hpp"
 
 #include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string>
 #include <string_view>
+#include <sys/stat.h>
 #include <vector>
 
 namespace esptun::conf {
@@ -32,13 +34,30 @@ std::string check_interface_address(const IpPrefix& p);
  * decode_hex_key() - "0x0123..." (as `ip xfrm state` takes keys) into bytes.
  * The message never repeats the key text: it is a secret.
  */
-std::string decode_hex_key(std::string_view text, std::vector<uint8_t>& out);
+std::string decode_hex_key(std::string_view text, SecretBytes& out);
 
 /**
  * read_key_file() - the text of a key file, surrounding whitespace trimmed.
  * Only regular files are opened, and only when group and others have no
- * access to them (st_mode & 077 == 0).
+ * access to them (check_secret_mode()). Every copy of the text is wiped.
  */
-std::string read_key_file(const std::filesystem::path& path, std::string& text);
+std::string read_key_file(const std::filesystem::path& path, SecretString& text);
+
+/**
+ * read_file_wiped() - the whole of the regular file @path, at most @max
+ * bytes, read with read(2) into @out (no stdio buffer keeps a copy of the
+ * secret). @st receives the opened file's fstat(). Return: "" or why not
+ * (strerror text, "not a regular file", "larger than N bytes").
+ */
+std::string read_file_wiped(const std::filesystem::path& path, size_t max, SecretString& out,
+                            struct stat& st);
+
+/**
+ * check_secret_mode() - the one rule for files that hold secrets (key files,
+ * and a config with inline keys or PSKs): group and others have no access
+ * (st_mode & 077 == 0). @what names the file in the message ("key file",
+ * "config"), which also gives its mode and the chmod to run.
+ */
+std::string check_secret_mode(std::string_view what, const std::string& name, unsigned mode);
 
 } // namespace esptun::conf

@@ -104,9 +104,32 @@ void check_ascii(std::string_view text, const std::string& source) {
 	}
 }
 
+namespace {
+
+/// wipe_strings() - zero every string value in @n and below. The parsed
+/// tree holds a copy of each inline key and PSK; toml++ frees it unwiped.
+void wipe_strings(toml::node& n) noexcept {
+	if (auto* t = n.as_table()) {
+		for (auto&& [k, v] : *t)
+			wipe_strings(v);
+	} else if (auto* a = n.as_array()) {
+		for (toml::node& v : *a)
+			wipe_strings(v);
+	} else if (auto* s = n.as_string()) {
+		std::string& text = s->get();
+		secure_wipe(text.data(), text.capacity());
+	}
+}
+
+} // namespace
+
 Config Loader::load(std::string_view text) {
 	check_ascii(text, source_);
 	toml::table root;
+	struct WipeTree {
+		toml::table& root;
+		~WipeTree() { wipe_strings(root); }
+	} wipe_tree{root}; // also when a check below throws
 	try {
 		root = toml::parse(text, source_);
 	} catch (const toml::parse_error& e) {
@@ -171,6 +194,15 @@ std::optional<Found<std::string>> Loader::get_string(const toml::table& t, std::
 	const toml::node* n = typed(t, key, where, toml::node_type::string, "put the value in double quotes");
 	if (!n) return std::nullopt;
 	return Found<std::string>{**n->as_string(), line_of(*n)};
+}
+
+std::optional<Found<SecretString>> Loader::get_secret(const toml::table& t, std::string_view key,
+                                                      std::string_view where) {
+	const toml::node* n = typed(t, key, where, toml::node_type::string, "put the value in double quotes");
+	if (!n) return std::nullopt;
+	const int line = line_of(*n);
+	if (inline_secret_line_ == 0) inline_secret_line_ = line;
+	return Found<SecretString>{SecretString(std::string_view(**n->as_string())), line};
 }
 
 std::optional<Found<int64_t>> Loader::get_int(const toml::table& t, std::string_view key,
@@ -622,9 +654,8 @@ SaConfig Loader::parse_sa(const toml::table& peer_table, const PeerConfig& peer,
 	return sa;
 }
 
-std::vector<uint8_t> Loader::parse_key(const toml::table& t, int table_line, std::string_view where,
-                                       std::string_view name, size_t want_len,
-                                       const crypto::CipherSpec& spec) {
+SecretBytes Loader::parse_key(const toml::table& t, int table_line, std::string_view where,
+                              std::string_view name, size_t want_len, const crypto::CipherSpec& spec) {
 	const std::string file_key = std::string(name) + "_file";
 	const std::string w(where);
 	const std::string size_text =
@@ -632,7 +663,7 @@ std::vector<uint8_t> Loader::parse_key(const toml::table& t, int table_line, std
 	    " hex digits" +
 	    (spec.aead ? ": the " + std::to_string(want_len - 4) + "-byte AES key, then the 4-byte salt)"
 	               : ")");
-	auto inline_key = get_string(t, name, where);
+	auto inline_key = get_secret(t, name, where);
 	auto file = get_string(t, file_key, where);
 	if (inline_key && file)
 		fail(file->line, "give either " + q(name) + " or " + q(file_key) + " in " + w + ", not both");
@@ -641,11 +672,11 @@ std::vector<uint8_t> Loader::parse_key(const toml::table& t, int table_line, std
 		                     " = \"0x...\" with " + size_text + ", or " + file_key +
 		                     " = \"path\" naming a file that holds it");
 
-	std::string text;
+	SecretString text;
 	std::string what = q(name) + " in " + w;
 	int line = 0;
 	if (inline_key) {
-		text = inline_key->value;
+		text = std::move(inline_key->value);
 		line = inline_key->line;
 	} else {
 		line = file->line;
@@ -657,8 +688,8 @@ std::vector<uint8_t> Loader::parse_key(const toml::table& t, int table_line, std
 		what = "the key in " + path.string() + " (" + q(file_key) + " in " + w + ")";
 	}
 
-	std::vector<uint8_t> key;
-	if (auto err = decode_hex_key(text, key); !err.empty()) fail(line, what + " " + err);
+	SecretBytes key;
+	if (auto err = decode_hex_key(text.view(), key); !err.empty()) fail(line, what + " " + err);
 	if (key.size() != want_len)
 		fail(line, what + " is " + std::to_string(key.size()) + " bytes, but cipher " + q(spec.name) +
 		               " needs " + size_text);
@@ -763,7 +794,7 @@ std::string default_control_socket(std::string_view interface) {
 
 Config load_config(const fs::path& path, Role role) {
 	const std::string source = path.string();
-	constexpr std::uintmax_t kMaxConfigSize = 16u << 20;
+	constexpr size_t kMaxConfigSize = 16u << 20;
 	// Only regular files: a path to a FIFO or device must not block or touch it.
 	struct stat st {};
 	if (::stat(source.c_str(), &st) != 0)
@@ -771,12 +802,21 @@ Config load_config(const fs::path& path, Role role) {
 	if (!S_ISREG(st.st_mode)) throw ConfigError(source, 0, "config is not a regular file");
 	if (static_cast<std::uintmax_t>(st.st_size) > kMaxConfigSize)
 		throw ConfigError(source, 0, "config is larger than 16 MiB; is this the right file?");
-	std::ifstream in(path, std::ios::binary);
-	if (!in) throw ConfigError(source, 0, "cannot open config; check the path and its permissions");
-	std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-	if (in.bad()) throw ConfigError(source, 0, "cannot read config");
+	SecretString text; // may hold inline keys: wiped when freed
+	if (auto err = read_file_wiped(path, kMaxConfigSize, text, st); !err.empty())
+		throw ConfigError(source, 0,
+		                  "cannot read config: " + err + "; check the path and its permissions");
 	fs::path base = path.parent_path();
-	return parse_config(text, source, role, base.empty() ? fs::path(".") : base);
+	Loader loader(source, role, base.empty() ? fs::path(".") : base);
+	Config config = loader.load(text.view());
+	// Issue 16: a config holding keys or PSKs itself is a key file, and
+	// gets the key files' rule (checked on the file actually read).
+	if (const int line = loader.inline_secret_line(); line > 0)
+		if (auto err = check_secret_mode("config", source, st.st_mode); !err.empty())
+			throw ConfigError(
+			    source, line,
+			    err + " (it holds a key or psk inline; or move them to key_file/psk_file)");
+	return config;
 }
 
 } // namespace esptun::conf

@@ -45,13 +45,13 @@ std::string_view tun_io_name(TunIo io) noexcept;
 /// Keys and SPI of one SA direction, already decoded from "0x..." hex.
 struct SaConfig {
 	uint32_t spi = 0;
-	std::vector<uint8_t> enc_key;  ///< CBC: AES key; GCM: key || salt (config key `key`)
-	std::vector<uint8_t> auth_key; ///< CBC-HMAC only
+	SecretBytes enc_key;  ///< CBC: AES key; GCM: key || salt (config key `key`); wiped when freed
+	SecretBytes auth_key; ///< CBC-HMAC only
 };
 
 /// A peer keyed by IKEv2 (it has psk or psk_file instead of [peer.out]/[peer.in]).
 struct IkePeerConfig {
-	std::vector<uint8_t> psk;
+	SecretBytes psk;       ///< wiped when freed; never in a message
 	std::string local_id;  ///< our identity towards this peer ([tunnel] local_id unless set)
 	std::string remote_id; ///< the identity the peer must prove; default: the peer's name
 	std::vector<ike::IkeSuite> ike_proposals = ike::default_ike_proposals();

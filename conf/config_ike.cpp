@@ -11,14 +11,14 @@ namespace esptun::conf::detail {
 IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& peer) {
 	constexpr std::string_view where = "[[peer]]";
 	IkePeerConfig ike;
-	auto inline_psk = get_string(t, "psk", where);
+	auto inline_psk = get_secret(t, "psk", where);
 	auto file = get_string(t, "psk_file", where);
 	if (inline_psk && file)
 		fail(file->line, "give either 'psk' or 'psk_file' for peer " + q(peer.name) + ", not both");
-	std::string text;
+	SecretString text;
 	int line = 0;
 	if (inline_psk) {
-		text = inline_psk->value;
+		text = std::move(inline_psk->value);
 		line = inline_psk->line;
 	} else {
 		line = file->line;
@@ -30,7 +30,7 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 	}
 	// strongSwan's convention: "0x..." is hex, anything else is the key's bytes as written.
 	if (text.starts_with("0x") || text.starts_with("0X")) {
-		if (auto err = decode_hex_key(text, ike.psk); !err.empty())
+		if (auto err = decode_hex_key(text.view(), ike.psk); !err.empty())
 			fail(line, "the pre-shared key of peer " + q(peer.name) + " " + err);
 	} else {
 		ike.psk.assign(text.begin(), text.end());

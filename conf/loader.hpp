@@ -69,6 +69,10 @@ public:
 	    : source_(source), role_(role), base_dir_(base_dir) {}
 
 	Config load(std::string_view text);
+	/// The line of the first key or PSK written in the config itself (not
+	/// in a key file); 0 when there is none. load_config() then requires
+	/// the config's own mode to be private too.
+	int inline_secret_line() const noexcept { return inline_secret_line_; }
 
 private:
 	[[noreturn]] void fail(int line, const std::string& message) const {
@@ -81,6 +85,10 @@ private:
 	                        toml::node_type want, std::string_view hint = {});
 	std::optional<Found<std::string>> get_string(const toml::table& t, std::string_view key,
 	                                             std::string_view where);
+	/// get_secret() - get_string() for a key or PSK: the copy wipes itself,
+	/// and the config counts as holding inline secrets (inline_secret_line()).
+	std::optional<Found<SecretString>> get_secret(const toml::table& t, std::string_view key,
+	                                              std::string_view where);
 	std::optional<Found<int64_t>> get_int(const toml::table& t, std::string_view key,
 	                                      std::string_view where, std::string_view hint = {});
 	std::optional<Found<bool>> get_bool(const toml::table& t, std::string_view key,
@@ -96,9 +104,8 @@ private:
 	IkePeerConfig parse_ike_peer(const toml::table& t, const PeerConfig& peer);
 	SaConfig parse_sa(const toml::table& peer_table, const PeerConfig& peer, std::string_view dir,
 	                  const crypto::CipherSpec& spec);
-	std::vector<uint8_t> parse_key(const toml::table& t, int table_line, std::string_view where,
-	                               std::string_view name, size_t want_len,
-	                               const crypto::CipherSpec& spec);
+	SecretBytes parse_key(const toml::table& t, int table_line, std::string_view where,
+	                      std::string_view name, size_t want_len, const crypto::CipherSpec& spec);
 	/// check_key_reuse() - refuse a static key used by two SAs (or both
 	/// directions), naming the peers and directions, never the key
 	void check_key_reuse() const;
@@ -116,6 +123,7 @@ private:
 	int address_pool_line_ = 0;
 	int dns_line_ = 0;
 	int listen_line_ = 0;
+	int inline_secret_line_ = 0;
 	std::map<std::string, int> names_;
 	std::map<uint32_t, Claim> in_spis_, out_spis_;
 	std::vector<std::pair<IpPrefix, Claim>> routes_;

@@ -205,7 +205,7 @@ Owned<EVP_PKEY> ecp_peer(std::span<const uint8_t> peer) {
 }
 
 /// derive() - the raw agreement of @own with @peer, or nullopt if OpenSSL refuses.
-std::optional<std::vector<uint8_t>> derive(DhGroup g, EVP_PKEY* own, EVP_PKEY* peer) {
+std::optional<SecretBytes> derive(DhGroup g, EVP_PKEY* own, EVP_PKEY* peer) {
 	Owned<EVP_PKEY_CTX> ctx(EVP_PKEY_CTX_new_from_pkey(nullptr, own, nullptr));
 	check(ctx && EVP_PKEY_derive_init(ctx.get()) == 1, "key agreement set-up");
 	// MODP: keep leading zero bytes (RFC 7296 section 2.14: g^ir is as long
@@ -218,11 +218,8 @@ std::optional<std::vector<uint8_t>> derive(DhGroup g, EVP_PKEY* own, EVP_PKEY* p
 	if (EVP_PKEY_derive_set_peer_ex(ctx.get(), peer, 0) != 1 ||
 	    EVP_PKEY_derive(ctx.get(), nullptr, &n) != 1)
 		return std::nullopt;
-	std::vector<uint8_t> out(n);
-	if (EVP_PKEY_derive(ctx.get(), out.data(), &n) != 1) {
-		OPENSSL_cleanse(out.data(), out.size());
-		return std::nullopt;
-	}
+	SecretBytes out(n); // g^ir: wiped when freed, also when refused below
+	if (EVP_PKEY_derive(ctx.get(), out.data(), &n) != 1) return std::nullopt;
 	out.resize(n);
 	return out;
 }
@@ -284,7 +281,7 @@ size_t DhKeyPair::public_len(DhGroup group) noexcept {
  * recipient tests, requires the check; RFC 7748 section 6.1 describes it);
  * for the others the range checks already make it impossible.
  */
-std::optional<std::vector<uint8_t>> DhKeyPair::shared_secret(std::span<const uint8_t> peer_public) const {
+std::optional<SecretBytes> DhKeyPair::shared_secret(std::span<const uint8_t> peer_public) const {
 	if (peer_public.size() != public_len(group_)) return std::nullopt;
 	auto* own = static_cast<EVP_PKEY*>(pkey_);
 	Owned<EVP_PKEY> peer;
@@ -300,7 +297,7 @@ std::optional<std::vector<uint8_t>> DhKeyPair::shared_secret(std::span<const uin
 		                                       peer_public.size()));
 		break;
 	}
-	std::optional<std::vector<uint8_t>> secret;
+	std::optional<SecretBytes> secret;
 	if (peer) secret = derive(group_, own, peer.get());
 	// A refused peer value leaves errors in this thread's queue; they are
 	// expected input, not failures, so drop them.

@@ -55,7 +55,7 @@ std::string identity_text(const Identity& id);
 /// One peer keyed by IKE, as configured.
 struct PeerPolicy {
 	std::string name;
-	std::vector<uint8_t> psk;
+	SecretBytes psk; ///< never logged; wiped when freed
 	Identity local_id, remote_id;
 	std::vector<IkeSuite> ike_proposals;
 	std::vector<EspSuite> esp_proposals;
@@ -97,8 +97,8 @@ struct ChildKeys {
 	uint32_t spi_out = 0; ///< the peer receives with it
 	crypto::Cipher cipher = crypto::Cipher::aes128_gcm;
 	bool esn = false;
-	std::vector<uint8_t> enc_in, auth_in, enc_out, auth_out;
-	Endpoint remote; ///< where ESP goes
+	SecretBytes enc_in, auth_in, enc_out, auth_out; ///< wiped when freed
+	Endpoint remote;                                ///< where ESP goes
 	/// Our side of the CHILD_SA as negotiated: inbound packets must be
 	/// addressed inside it (RFC 4301 section 5.2).
 	std::vector<TrafficSelector> local_ts;

@@ -16,9 +16,9 @@ ChildKeys Engine::child_keys(const IkeSa& sa, crypto::Cipher c, bool esn, uint32
 	// integrity) come first.
 	const crypto::CipherSpec& spec = crypto::cipher_spec(c);
 	const size_t per_dir = spec.enc_key_len + spec.auth_key_len;
-	const std::vector<uint8_t> km = child_keymat(sa.suite.prf, sa.keys.sk_d, g_ir, ni, nr, 2 * per_dir);
+	const SecretBytes km = child_keymat(sa.suite.prf, sa.keys.sk_d, g_ir, ni, nr, 2 * per_dir);
 	auto part = [&](size_t off, size_t len) {
-		return std::vector<uint8_t>(km.begin() + long(off), km.begin() + long(off + len));
+		return SecretBytes(km.begin() + long(off), km.begin() + long(off + len));
 	};
 	ChildKeys k;
 	k.spi_in = spi_in;

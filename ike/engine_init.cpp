@@ -67,7 +67,7 @@ std::vector<uint8_t> Engine::cookie_for(const Endpoint& from, uint64_t spi_i, st
 	store_be64(b + 2, spi_i);
 	data.insert(data.end(), b, b + sizeof b);
 	std::vector<uint8_t> cookie{secret.version};
-	const std::vector<uint8_t> mac = prf(PrfId::hmac_sha256, secret.key, data);
+	const std::vector<uint8_t> mac = declassify(prf(PrfId::hmac_sha256, secret.key, data)); // public
 	cookie.insert(cookie.end(), mac.begin(), mac.end());
 	return cookie;
 }
@@ -324,7 +324,7 @@ void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const
 	sa->via = via;
 	sa->suite = choice->suite;
 	sa->dh = std::make_unique<DhKeyPair>(choice->suite.dh);
-	std::optional<std::vector<uint8_t>> g_ir = sa->dh->shared_secret(ke->data);
+	std::optional<SecretBytes> g_ir = sa->dh->shared_secret(ke->data);
 	if (!g_ir) {
 		counters_.malformed++;
 		send_plain_notify(via, from, h, notify::invalid_syntax, {});
@@ -486,7 +486,7 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 		      true, now);
 		return;
 	}
-	std::optional<std::vector<uint8_t>> g_ir = sa.dh->shared_secret(ke->data);
+	std::optional<SecretBytes> g_ir = sa.dh->shared_secret(ke->data);
 	if (!g_ir) {
 		close(sa, "the responder's key exchange value is invalid", true, now);
 		return;

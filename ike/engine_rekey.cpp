@@ -103,7 +103,7 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 		}
 		auto next = std::make_unique<IkeSa>();
 		next->dh = std::make_unique<DhKeyPair>(choice->suite.dh);
-		std::optional<std::vector<uint8_t>> g_ir = next->dh->shared_secret(ke->data);
+		std::optional<SecretBytes> g_ir = next->dh->shared_secret(ke->data);
 		if (!g_ir) {
 			refuse(notify::invalid_syntax);
 			return;
@@ -192,7 +192,7 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 	// chosen proposal's group, else the peer is told which group to use
 	// (section 1.3, INVALID_KE_PAYLOAD) and tries again. A KE payload with a
 	// proposal without a group is ignored (as strongSwan does).
-	std::optional<std::vector<uint8_t>> g_ir;
+	std::optional<SecretBytes> g_ir;
 	std::optional<KePayload> ke_reply;
 	if (choice->pfs) {
 		const uint16_t group = uint16_t(*choice->pfs);
@@ -248,7 +248,7 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 	choice->reply.spi = be32_bytes(spi_in);
 	const ChildKeys keys =
 	    with_local(child_keys(sa, choice->cipher, choice->esn, spi_in, choice->peer_spi, false,
-	                          nonce->data, nr, g_ir ? *g_ir : std::vector<uint8_t>{}),
+	                          nonce->data, nr, g_ir ? *g_ir : SecretBytes{}),
 	               ts_r);
 	// Make-before-break: the new inbound SA is live before the answer leaves;
 	// we keep sending on the old one until the peer deletes it.
@@ -384,7 +384,7 @@ void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::ve
 	const NotifyPayload* err = first_error(inner);
 	// With PFS the answer's KE payload must be of the group we sent and
 	// agreed on; its g^ir goes into the keys (section 2.17).
-	std::optional<std::vector<uint8_t>> g_ir;
+	std::optional<SecretBytes> g_ir;
 	std::string answer_problem;
 	if (!err && choice && choice->pfs) {
 		if (!req.dh || req.dh->group() != *choice->pfs)
@@ -447,7 +447,7 @@ void Engine::handle_rekey_child_response(IkeSa& sa, PendingRequest& req, std::ve
 	const bool collision = old && old->successor_in != 0;
 	const ChildKeys keys =
 	    with_local(child_keys(sa, choice->cipher, choice->esn, req.new_spi_in, choice->peer_spi, true,
-	                          req.nonce, nonce->data, g_ir ? *g_ir : std::vector<uint8_t>{}),
+	                          req.nonce, nonce->data, g_ir ? *g_ir : SecretBytes{}),
 	               tsi->selectors);
 	if (!host_.install_child(*sa.peer, keys, !collision)) {
 		// The peer has installed its half: ask it to delete that, keep the old one.
@@ -556,7 +556,7 @@ void Engine::handle_rekey_ike_response(IkeSa& sa, PendingRequest& req, std::vect
 	const NotifyPayload* err = first_error(inner);
 	std::optional<IkeSuite> suite;
 	if (sa_p) suite = accept_ike(*sa_p, pol.ike_proposals);
-	std::optional<std::vector<uint8_t>> g_ir;
+	std::optional<SecretBytes> g_ir;
 	if (!err && suite && nonce && ke && suite->dh == req.dh->group() &&
 	    ke->group == uint16_t(suite->dh) && sa_p->proposals[0].spi.size() == 8)
 		g_ir = req.dh->shared_secret(ke->data);

@@ -11,8 +11,9 @@
 //    authenticated: DhKeyPair::shared_secret() (the KE payload) and
 //    SkCipher::open() (any encrypted message). Both check every length and
 //    range themselves before OpenSSL sees the bytes, and answer nullopt.
-//  - Key material this file holds (SkCipher keys, intermediate PRF outputs)
-//    is wiped with OPENSSL_cleanse; vectors handed back belong to the caller.
+//  - Key material (SkCipher keys, SKEYSEED, prf+ output, the keys handed
+//    back) is SecretBytes (base/secret.hpp), wiped when freed; fixed-size
+//    scratch arrays are wiped with OPENSSL_cleanse (Wipe).
 #include "ike/keymat.hpp"
 
 #include "ike/message.hpp"
@@ -248,10 +249,10 @@ size_t encr_keymat_len(EncrId e, uint16_t key_bits) noexcept {
 
 // ---- PRF and prf+ (section 2.13) --------------------------------------------
 
-std::vector<uint8_t> prf(PrfId p, std::span<const uint8_t> key, std::span<const uint8_t> data) {
+SecretBytes prf(PrfId p, std::span<const uint8_t> key, std::span<const uint8_t> data) {
 	Hmac mac(prf_digest(p), key);
 	mac.update(data);
-	std::vector<uint8_t> out(mac.size());
+	SecretBytes out(mac.size());
 	mac.finish(out.data());
 	return out;
 }
@@ -261,13 +262,12 @@ std::vector<uint8_t> prf(PrfId p, std::span<const uint8_t> key, std::span<const 
  * T1 | T2 | ... cut to @len. The counter is one byte, hence the limit of
  * 255 blocks (section 2.13); asking for more is a programming error.
  */
-std::vector<uint8_t> prf_plus(PrfId p, std::span<const uint8_t> key, std::span<const uint8_t> seed,
-                              size_t len) {
+SecretBytes prf_plus(PrfId p, std::span<const uint8_t> key, std::span<const uint8_t> seed, size_t len) {
 	Hmac mac(prf_digest(p), key);
 	const size_t block = mac.size();
 	if (len > 255 * block) throw std::invalid_argument("prf+: more than 255 blocks requested");
-	std::vector<uint8_t> out;
-	out.reserve(len);
+	SecretBytes out;
+	out.reserve(len); // one buffer: no unwiped copy is left by growing
 	std::array<uint8_t, kMaxMacLen> t{};
 	Wipe wipe_t{t};
 	size_t t_len = 0; // T0 is empty
@@ -289,8 +289,9 @@ std::vector<uint8_t> prf_plus(PrfId p, std::span<const uint8_t> key, std::span<c
 
 namespace {
 
-std::vector<uint8_t> concat(std::initializer_list<std::span<const uint8_t>> parts) {
-	std::vector<uint8_t> out;
+/// The parts one after another; secret storage, as a part may be g^ir.
+SecretBytes concat(std::initializer_list<std::span<const uint8_t>> parts) {
+	SecretBytes out;
 	for (auto part : parts)
 		out.insert(out.end(), part.begin(), part.end());
 	return out;
@@ -308,14 +309,13 @@ IkeKeys split_keys(const IkeSuite& suite, std::span<const uint8_t> skeyseed, std
 	std::array<uint8_t, 16> spis{};
 	put_be64(spis.data(), spi_i);
 	put_be64(spis.data() + 8, spi_r);
-	const std::vector<uint8_t> seed = concat({ni, nr, spis});
+	const SecretBytes seed = concat({ni, nr, spis});
 	const size_t pl = prf_len(suite.prf), il = integ_key_len(suite.integ),
 	             el = encr_keymat_len(suite.encr, suite.key_bits);
-	std::vector<uint8_t> keymat = prf_plus(suite.prf, skeyseed, seed, 3 * pl + 2 * il + 2 * el);
-	Wipe wipe_keymat{keymat};
+	const SecretBytes keymat = prf_plus(suite.prf, skeyseed, seed, 3 * pl + 2 * il + 2 * el);
 	IkeKeys k;
 	size_t off = 0;
-	auto take = [&](std::vector<uint8_t>& dst, size_t n) {
+	auto take = [&](SecretBytes& dst, size_t n) {
 		dst.assign(keymat.begin() + std::ptrdiff_t(off), keymat.begin() + std::ptrdiff_t(off + n));
 		off += n;
 	};
@@ -342,9 +342,8 @@ void require_valid(const IkeSuite& suite) {
 IkeKeys derive_ike_keys(const IkeSuite& suite, std::span<const uint8_t> ni, std::span<const uint8_t> nr,
                         std::span<const uint8_t> g_ir, uint64_t spi_i, uint64_t spi_r) {
 	require_valid(suite);
-	std::vector<uint8_t> ni_nr = concat({ni, nr});
-	std::vector<uint8_t> skeyseed = prf(suite.prf, ni_nr, g_ir);
-	Wipe wipe_seed{skeyseed};
+	const SecretBytes ni_nr = concat({ni, nr});
+	const SecretBytes skeyseed = prf(suite.prf, ni_nr, g_ir);
 	return split_keys(suite, skeyseed, ni, nr, spi_i, spi_r);
 }
 
@@ -357,17 +356,14 @@ IkeKeys derive_rekeyed_ike_keys(PrfId old_prf, std::span<const uint8_t> old_sk_d
                                 std::span<const uint8_t> g_ir, std::span<const uint8_t> ni,
                                 std::span<const uint8_t> nr, uint64_t spi_i, uint64_t spi_r) {
 	require_valid(suite);
-	std::vector<uint8_t> data = concat({g_ir, ni, nr});
-	Wipe wipe_data{data};
-	std::vector<uint8_t> skeyseed = prf(old_prf, old_sk_d, data);
-	Wipe wipe_seed{skeyseed};
+	const SecretBytes data = concat({g_ir, ni, nr});
+	const SecretBytes skeyseed = prf(old_prf, old_sk_d, data);
 	return split_keys(suite, skeyseed, ni, nr, spi_i, spi_r);
 }
 
-std::vector<uint8_t> child_keymat(PrfId p, std::span<const uint8_t> sk_d, std::span<const uint8_t> g_ir,
-                                  std::span<const uint8_t> ni, std::span<const uint8_t> nr, size_t len) {
-	std::vector<uint8_t> seed = concat({g_ir, ni, nr});
-	Wipe wipe_seed{seed};
+SecretBytes child_keymat(PrfId p, std::span<const uint8_t> sk_d, std::span<const uint8_t> g_ir,
+                         std::span<const uint8_t> ni, std::span<const uint8_t> nr, size_t len) {
+	const SecretBytes seed = concat({g_ir, ni, nr});
 	return prf_plus(p, sk_d, seed, len);
 }
 
@@ -380,9 +376,8 @@ std::vector<uint8_t> psk_auth(PrfId p, std::span<const uint8_t> psk, std::span<c
                               std::span<const uint8_t> id_body) {
 	static constexpr std::string_view kKeyPad = "Key Pad for IKEv2";
 	const auto pad = std::span(reinterpret_cast<const uint8_t*>(kKeyPad.data()), kKeyPad.size());
-	std::vector<uint8_t> auth_key = prf(p, psk, pad);
-	Wipe wipe_key{auth_key};
-	const std::vector<uint8_t> mac_id = prf(p, sk_p, id_body);
+	const SecretBytes auth_key = prf(p, psk, pad);
+	const SecretBytes mac_id = prf(p, sk_p, id_body);
 	Hmac mac(prf_digest(p), auth_key);
 	mac.update(message);
 	mac.update(nonce);
@@ -499,11 +494,8 @@ SkCipher::SkCipher(const IkeSuite& suite, std::span<const uint8_t> enc_keymat,
 	integ_key_.assign(integ_key.begin(), integ_key.end());
 }
 
-SkCipher::~SkCipher() {
-	OPENSSL_cleanse(key_.data(), key_.size());
-	OPENSSL_cleanse(salt_.data(), salt_.size());
-	OPENSSL_cleanse(integ_key_.data(), integ_key_.size());
-}
+/// ~SkCipher() - the keys are SecretBytes and wipe themselves.
+SkCipher::~SkCipher() = default;
 
 size_t SkCipher::overhead(size_t inner_len) const noexcept {
 	const SkLayout l = layout_of(suite_);

@@ -4,6 +4,8 @@
 // Transform IDs are IANA's "IKEv2 Transform Type N" numbers.
 #pragma once
 
+#include "base/secret.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -60,11 +62,11 @@ size_t integ_icv_len(IntegId i) noexcept;
 /// 0 for a key length esptun does not support (CBC 128/192/256, GCM 128/256).
 size_t encr_keymat_len(EncrId e, uint16_t key_bits) noexcept;
 
-/// prf(key, data) (section 2.13).
-std::vector<uint8_t> prf(PrfId p, std::span<const uint8_t> key, std::span<const uint8_t> data);
+/// prf(key, data) (section 2.13). Secret storage: the output is a key (SKEYSEED,
+/// prf(PSK, pad)) more often than not.
+SecretBytes prf(PrfId p, std::span<const uint8_t> key, std::span<const uint8_t> data);
 /// prf+(key, seed) truncated to @len bytes (section 2.13); @len <= 255 * prf_len.
-std::vector<uint8_t> prf_plus(PrfId p, std::span<const uint8_t> key, std::span<const uint8_t> seed,
-                              size_t len);
+SecretBytes prf_plus(PrfId p, std::span<const uint8_t> key, std::span<const uint8_t> seed, size_t len);
 
 /**
  * DhKeyPair - one ephemeral key exchange (section 3.4, RFC 5903, RFC 8031).
@@ -96,7 +98,7 @@ public:
 	 * nullopt for a value of the wrong length, not on the curve, out of range
 	 * (1 < y < p-1 for MODP) or giving the all-zero X25519 output.
 	 */
-	std::optional<std::vector<uint8_t>> shared_secret(std::span<const uint8_t> peer_public) const;
+	std::optional<SecretBytes> shared_secret(std::span<const uint8_t> peer_public) const;
 
 private:
 	DhGroup group_;
@@ -104,9 +106,9 @@ private:
 	std::vector<uint8_t> public_;
 };
 
-/// The seven IKE SA keys (section 2.14).
+/// The seven IKE SA keys (section 2.14), wiped when freed.
 struct IkeKeys {
-	std::vector<uint8_t> sk_d, sk_ai, sk_ar, sk_ei, sk_er, sk_pi, sk_pr;
+	SecretBytes sk_d, sk_ai, sk_ar, sk_ei, sk_er, sk_pi, sk_pr;
 };
 
 /**
@@ -131,8 +133,8 @@ IkeKeys derive_rekeyed_ike_keys(PrfId old_prf, std::span<const uint8_t> old_sk_d
  * (section 2.17). The caller splits it: initiator-to-responder encryption
  * key, then its integrity key, then the same for responder-to-initiator.
  */
-std::vector<uint8_t> child_keymat(PrfId p, std::span<const uint8_t> sk_d, std::span<const uint8_t> g_ir,
-                                  std::span<const uint8_t> ni, std::span<const uint8_t> nr, size_t len);
+SecretBytes child_keymat(PrfId p, std::span<const uint8_t> sk_d, std::span<const uint8_t> g_ir,
+                         std::span<const uint8_t> ni, std::span<const uint8_t> nr, size_t len);
 
 /**
  * psk_auth() - the AUTH payload data for pre-shared keys (section 2.15):
@@ -191,7 +193,7 @@ public:
 
 private:
 	IkeSuite suite_;
-	std::vector<uint8_t> key_, salt_, integ_key_;
+	SecretBytes key_, salt_, integ_key_;
 };
 
 /// Cryptographically random bytes (RAND_bytes); throws if the generator fails.

@@ -3,6 +3,7 @@
 
 #include "base/error.hpp"
 #include "platform/privileges.hpp"
+#include "platform/process.hpp"
 #include "service/dns_helper.hpp"
 #include "service/log.hpp"
 #include "service/seq_state.hpp"
@@ -64,6 +65,9 @@ void drop_privileges(const conf::Config& config) {
 	if (who.uid != 0) hand_over_state_dir(tc.state_dir, who);
 	keep_dns_tools_root(config);
 	platform::drop_to_user(who);
+	// The kernel makes a process dumpable again when its uids change
+	// (prctl(2), PR_SET_DUMPABLE): keep keys out of core dumps after the drop too.
+	platform::disable_core_dumps();
 	// access(2) checks the real uid, which is now the user's: a parent folder
 	// it cannot search would only show when the state is next saved.
 	if (who.uid != 0 && ::access(tc.state_dir.c_str(), W_OK | X_OK) != 0) {

@@ -34,6 +34,7 @@
 
 #include "base/counters.hpp"
 #include "base/inet.hpp"
+#include "base/secret.hpp"
 #include "crypto/esp_transform.hpp"
 #include "tunnel/address_pool.hpp"
 #include "tunnel/allowed_ips.hpp"
@@ -57,8 +58,8 @@ namespace esptun::tunnel {
 /// Everything needed to build one SA direction of a statically keyed peer.
 struct SaParams {
 	uint32_t spi = 0;
-	std::vector<uint8_t> enc_key;
-	std::vector<uint8_t> auth_key;
+	SecretBytes enc_key; ///< wiped when freed
+	SecretBytes auth_key;
 };
 
 /// Everything needed to build one peer (and, keyed statically, its pair of SAs).
@@ -99,8 +100,8 @@ struct AddressRange {
 struct ChildSaKeys {
 	uint32_t spi = 0; ///< inbound: from SaTable::allocate_spi(); outbound: the peer's choice
 	crypto::Cipher cipher = crypto::Cipher::aes128_gcm;
-	std::vector<uint8_t> enc_key;  ///< AES key (CBC) or AES key || salt (GCM, RFC 4106 section 8.1)
-	std::vector<uint8_t> auth_key; ///< HMAC key (CBC-HMAC), empty for GCM
+	SecretBytes enc_key;           ///< AES key (CBC) or AES key || salt (GCM, RFC 4106 section 8.1)
+	SecretBytes auth_key;          ///< HMAC key (CBC-HMAC), empty for GCM
 	bool esn = true;               ///< extended sequence numbers (RFC 4303 section 2.2.1)
 	uint32_t replay_window = 1024; ///< inbound only
 	/// Inbound only: our side of the CHILD_SA (its local traffic selectors);

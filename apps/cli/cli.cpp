@@ -3,7 +3,7 @@
 
 #include "apps/cli/keygen.hpp"
 #include "apps/cli/show.hpp"
-
+#include "platform/process.hpp"
 #include "service/control.hpp"
 #include "service/log.hpp"
 #include "service/service.hpp"
@@ -248,6 +248,9 @@ int cli_main(conf::Role role, int argc, char** argv) {
 	service::log::set_program(program);
 	if (args.verbose) service::log::set_level(service::log::Level::debug);
 	try {
+		// Before the config (and its keys) is read: no core dump may hold a
+		// key (issue 16; why not MADV_DONTDUMP: platform/process.hpp).
+		platform::disable_core_dumps();
 		if (args.verb == "status" || args.verb == "show") return query(args, role);
 		conf::Config config = conf::load_config(args.config, role);
 		if (args.verb == "check") return check(config);

@@ -122,8 +122,8 @@ uint32_t install_run_time_sa(tunnel::SaTable& receiver) {
 	tunnel::ChildSaKeys k;
 	k.spi = receiver.allocate_spi();
 	k.cipher = o.cipher;
-	k.enc_key = test::enc_key_to(test::kSiteB, o.cipher);
-	k.auth_key = test::auth_key_to(test::kSiteB, o.cipher);
+	k.enc_key = secret_copy(test::enc_key_to(test::kSiteB, o.cipher));
+	k.auth_key = secret_copy(test::auth_key_to(test::kSiteB, o.cipher));
 	k.esn = o.esn;
 	k.replay_window = o.window;
 	receiver.install_inbound(*receiver.peers()[kRunTime], k);

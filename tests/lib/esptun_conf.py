@@ -84,10 +84,7 @@ class Endpoint:
         if self.state_dir is None:
             self.state_dir = os.path.join(os.path.dirname(os.path.abspath(path)),
                                           f"state-{self.interface}")
-        with open(path, "w") as f:
-            f.write(self.render())
-        os.chmod(path, 0o600)
-        return path
+        return write_private(path, self.render())
 
 
 def _hex(b):
@@ -179,8 +176,11 @@ def render_ike_config(tunnel, peers):
 
 
 def write_private(path, text):
-    """write_private() - write a config (it holds keys) readable by its owner only."""
-    with open(path, "w") as f:
+    """write_private() - write a config (it holds keys) readable by its owner
+    only: created at mode 0600, so it is never readable by others, not even
+    for a moment (esptun refuses a config with inline keys that is)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its old mode through O_CREAT
+    with os.fdopen(fd, "w") as f:
         f.write(text)
-    os.chmod(path, 0o600)
     return path

@@ -354,6 +354,7 @@ def check_configs(rep, ctx):
     good = os.path.join(d, "good.toml")
     with open(good, "w") as f:
         f.write(GOOD.format(dir=d, k1="11" * 20, k2="22" * 20))
+    os.chmod(good, 0o600)  # it holds keys inline: esptun refuses it readable by others
     p = esptun_proc.run_check(ctx.build, good)
     rep.check(p.returncode == 0, "check accepts the reference config",
               (p.stdout + p.stderr)[-300:])

@@ -70,6 +70,7 @@
 import json
 import os
 import re
+import secrets
 import sys
 import threading
 import time
@@ -110,6 +111,12 @@ POOL_USERS = {
 USERS.update(POOL_USERS)
 FIXED = [USERS["alice"]["vip"], USERS["bob"]["vip"]]
 CAROL = dict(id="carol@example.com", psk="carol-pre-shared-key-0123456789a")
+# A peer keyed statically on the same gateway (it never connects): its keys
+# are loaded, turned into SAs and shown in the status, so the leak check
+# covers static keys too. Fresh random keys per run.
+STATIC_PEER = dict(spi_out=0x7001, spi_in=0x7002,
+                   keys=[secrets.token_hex(16), secrets.token_hex(20),
+                         secrets.token_hex(16), secrets.token_hex(20)])
 
 CASES = [
     dict(kind="one", title="alice alone: virtual address and DNS from the gateway, ping H "
@@ -162,8 +169,15 @@ def gateway_config(ctx, idx):
     peers = [dict(name=name, allowed_ips=[f"{u['vip']}/32"] if u["vip"] else None, psk=u["psk"],
                   remote_id=u["id"])
              for name, u in USERS.items()]
+    k = STATIC_PEER["keys"]
+    static = ("\n[[peer]]\nname = \"branch\"\nendpoint = \"10.202.0.99:4500\"\n"
+              "allowed_ips = [\"192.168.77.0/24\"]\ncipher = \"aes128-cbc-hmac-sha1\"\n"
+              f"[peer.out]\nspi = {STATIC_PEER['spi_out']:#x}\n"
+              f"enc_key = \"0x{k[0]}\"\nauth_key = \"0x{k[1]}\"\n"
+              f"[peer.in]\nspi = {STATIC_PEER['spi_in']:#x}\n"
+              f"enc_key = \"0x{k[2]}\"\nauth_key = \"0x{k[3]}\"\n")
     path = conf.write_private(os.path.join(ctx.tmp, f"g{idx}.toml"),
-                              conf.render_ike_config(tunnel, peers))
+                              conf.render_ike_config(tunnel, peers) + static)
     return path, tunnel["interface"]
 
 
@@ -218,6 +232,7 @@ def start_gateway(ctx, idx, g):
     g.tun = tun
     g.ep = esptun_proc.Endpoint(ctx.build, g.ns, path, os.path.join(ctx.tmp, f"g{idx}.log"))
     ctx.case_logs.append(g.ep.log)
+    ctx.all_logs.append(g.ep.log)
     if idx == 0:
         check_accepted(ctx, path, "esptun-gateway")
     try:
@@ -235,6 +250,7 @@ def make_client(ctx, idx, s, local_id, psk, user=None):
     s.ep = esptun_proc.Endpoint(ctx.build, s.ns, path,
                                 os.path.join(ctx.tmp, f"{s.label.lower()}{idx}.log"), "client")
     ctx.case_logs.append(s.ep.log)
+    ctx.all_logs.append(s.ep.log)
     if idx == 0:
         check_accepted(ctx, path, "esptun-client")
     return s
@@ -728,6 +744,54 @@ def teardown(rep, ctx, tag):
                   f"left: {left}")
 
 
+def secret_forms():
+    """secret_forms() - every PSK and static key of this test in each form it
+    could leak in: as written, hex of its bytes (either case), and raw bytes."""
+    forms = []
+    for psk in [u["psk"] for u in USERS.values()] + [CAROL["psk"]]:
+        raw = psk.encode()
+        forms += [(f"psk {psk[:5]}...", raw), (f"psk {psk[:5]}... as hex", raw.hex().encode()),
+                  (f"psk {psk[:5]}... as HEX", raw.hex().upper().encode())]
+    for i, k in enumerate(STATIC_PEER["keys"]):
+        forms += [(f"static key {i}", k.encode()), (f"static key {i} upper", k.upper().encode()),
+                  (f"static key {i} raw", bytes.fromhex(k))]
+    return forms
+
+
+def check_no_secret_leaks(rep, ctx):
+    """Issue 16: no key or PSK in any log, status JSON or error of the run.
+    The error texts come from `check` on configs with bad keys and PSKs and
+    on the gateway config made readable by others."""
+    texts = [(os.path.basename(p), open(p, "rb").read()) for p in ctx.all_logs if os.path.exists(p)]
+    texts += [(what, out.encode()) for what, out in ctx.outputs]
+    k = STATIC_PEER["keys"]
+    good, _ = gateway_config(ctx, 99)
+    base = open(good).read()
+    bad = {
+        "a static key one byte short": base.replace(f"0x{k[0]}", f"0x{k[0][:-2]}"),
+        "a static key with a non-hex digit": base.replace(f"0x{k[2]}", f"0x{k[2][:-1]}g"),
+        "a PSK given as bad hex": base.replace(USERS["alice"]["psk"], "0x" + k[1] + "zz"),
+        "a PSK too short": base.replace(USERS["bob"]["psk"], USERS["bob"]["psk"][:10]),
+    }
+    for i, (what, text) in enumerate(bad.items()):
+        path = conf.write_private(os.path.join(ctx.tmp, f"leak{i}.toml"), text)
+        p = esptun_proc.run_check(ctx.build, path)
+        rep.check(p.returncode == 1, f"check refuses a config with {what}", p.stderr[-300:])
+        texts.append((f"error for {what}", (p.stdout + p.stderr).encode()))
+    os.chmod(good, 0o644)
+    p = esptun_proc.run_check(ctx.build, good)
+    rep.check(p.returncode == 1 and "chmod 600" in p.stderr,
+              "check refuses the gateway config (inline keys) at mode 0644, saying chmod 600",
+              p.stderr[-300:])
+    texts.append(("error for mode 0644", (p.stdout + p.stderr).encode()))
+    forms = secret_forms()
+    leaks = [f"{what} in {where}" for where, blob in texts for what, needle in forms
+             if needle in blob]
+    rep.check(not leaks and len(texts) > 8,
+              f"no PSK or static key in {len(texts)} logs, status outputs and error texts "
+              f"({len(forms)} forms searched)", "; ".join(leaks[:20]))
+
+
 def body(rep, build):
     netns.require_environment(("ip", "ping", "timeout"))
     for prog in ("esptun-client",):
@@ -741,6 +805,16 @@ def body(rep, build):
     ctx.rep, ctx.build, ctx.tmp = rep, build, netns.make_tempdir("ikecl")
     ctx.sfx = f"{os.getpid() % 100000}"
     ctx.failed_logs = []
+    ctx.all_logs, ctx.outputs = [], []
+    # Every status JSON the cases read (the control socket's output) is
+    # kept for the leak check at the end.
+    real_status = esptun_proc.Endpoint.status
+
+    def recorded_status(ep):
+        st = real_status(ep)
+        ctx.outputs.append(("status of " + os.path.basename(ep.config), json.dumps(st)))
+        return st
+    esptun_proc.Endpoint.status = recorded_status
 
     def dump_logs():
         for log in ctx.failed_logs:
@@ -775,6 +849,7 @@ def body(rep, build):
         if len(rep.failed) > failed0:
             ctx.failed_logs += ctx.case_logs
         rep.info(f"case {idx + 1} took {time.monotonic() - t0:.1f} s")
+    check_no_secret_leaks(rep, ctx)
     prefix = netns.unique("ikecl") + "-"
     listed = netns.run(["ip", "netns", "list"], check=False).stdout
     left = [ln.split()[0] for ln in listed.splitlines() if ln.startswith(prefix)]

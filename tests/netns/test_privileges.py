@@ -68,6 +68,11 @@ def check_dropped(rep, who, pid):
         rep.equal(int(st[cap], 16), 0, f"{who}: {cap} empty")
     rep.equal(st["NoNewPrivs"], "1", f"{who}: NoNewPrivs")
     rep.equal(st["Seccomp"], "2", f"{who}: Seccomp (2 = filter)")
+    # A dumpable process's /proc/PID files belong to its (now nobody's) uid,
+    # a non-dumpable one's to root (proc(5)): no core dump holds a key, even
+    # though the kernel made the process dumpable again when its uids changed.
+    rep.equal(os.stat(f"/proc/{pid}/status").st_uid, 0,
+              f"{who}: not dumpable after the drop (/proc/PID owned by root)")
     tasks = os.listdir(f"/proc/{pid}/task")
     same = all(proc_status(f"{pid}/task/{t}")["Seccomp"] == "2" and
                int(proc_status(f"{pid}/task/{t}")["CapEff"], 16) == NET_ADMIN for t in tasks)

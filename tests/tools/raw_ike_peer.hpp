@@ -77,7 +77,7 @@ struct RawPeer {
 		const KePayload* ke = m.find<KePayload>();
 		const NoncePayload* n = m.find<NoncePayload>();
 		if (!ke || !n || m.header.spi_r == 0) return false;
-		std::optional<std::vector<uint8_t>> g_ir = dh.shared_secret(ke->data);
+		std::optional<SecretBytes> g_ir = dh.shared_secret(ke->data);
 		if (!g_ir) return false;
 		spi_r = m.header.spi_r;
 		nr = n->data;
@@ -89,25 +89,38 @@ struct RawPeer {
 	}
 
 	/**
+	 * send_sealed() - any inner payload chain, valid or not, in a valid SK
+	 * payload of this IKE SA; return the engine's answer (empty if none)
+	 * @ex, @flags, @msg_id: the IKE header's exchange type, flags and message ID
+	 * @first:           the SK payload's Next Payload (the chain's first type)
+	 * @chain:           the encoded inner payloads, as the fuzzer or a test wrote them
+	 */
+	std::vector<uint8_t> send_sealed(Exchange ex, uint8_t flags, uint32_t msg_id, uint8_t first,
+	                                 std::span<const uint8_t> chain) {
+		Header h;
+		h.spi_i = spi_i;
+		h.spi_r = spi_r;
+		h.next = PayloadType::sk;
+		h.exchange = ex;
+		h.flags = flags;
+		h.message_id = msg_id;
+		std::vector<uint8_t> bytes(kHeaderLen);
+		encode_header(h, bytes.data());
+		sk_out->seal(bytes, first, chain);
+		return exchange(bytes);
+	}
+
+	/**
 	 * request() - one protected request; return the payloads of the answer
 	 * @ex:    the exchange type
 	 * @inner: the payloads inside the SK payload
 	 * @got:   set to whether an answer came and opened
 	 */
 	std::vector<Payload> request(Exchange ex, std::span<const Payload> inner, bool* got = nullptr) {
-		Header h;
-		h.spi_i = spi_i;
-		h.spi_r = spi_r;
-		h.next = PayloadType::sk;
-		h.exchange = ex;
-		h.flags = kFlagInitiator;
-		h.message_id = next_id++;
 		PayloadType first = PayloadType::none;
 		const std::vector<uint8_t> chain = encode_payloads(inner, first);
-		std::vector<uint8_t> bytes(kHeaderLen);
-		encode_header(h, bytes.data());
-		sk_out->seal(bytes, uint8_t(first), chain);
-		const std::vector<uint8_t> answer = exchange(bytes);
+		const std::vector<uint8_t> answer =
+		    send_sealed(ex, kFlagInitiator, next_id++, uint8_t(first), chain);
 		std::vector<Payload> out;
 		if (got) *got = false;
 		Message m;
@@ -162,7 +175,7 @@ struct RawPeer {
 		}
 		if (!sa || !ke || !nonce || sa->proposals.empty() || sa->proposals[0].spi.size() != 8)
 			return answer;
-		std::optional<std::vector<uint8_t>> g_ir = dh.shared_secret(ke->data);
+		std::optional<SecretBytes> g_ir = dh.shared_secret(ke->data);
 		if (!g_ir) return answer;
 		const uint64_t new_r = load_be64(sa->proposals[0].spi.data());
 		keys = derive_rekeyed_ike_keys(suite.prf, keys.sk_d, suite, *g_ir, n, nonce->data, new_spi,

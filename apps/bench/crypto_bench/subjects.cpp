@@ -99,8 +99,8 @@ private:
 		p.impl = impl;
 		// One SA pair with the same keys both ways: what the outbound side
 		// seals, the inbound side opens.
-		p.out = tunnel::SaParams{keys.spi, keys.enc_key, keys.auth_key};
-		p.in = tunnel::SaParams{keys.spi, keys.enc_key, keys.auth_key};
+		p.out = tunnel::SaParams{keys.spi, secret_copy(keys.enc_key), secret_copy(keys.auth_key)};
+		p.in = tunnel::SaParams{keys.spi, secret_copy(keys.enc_key), secret_copy(keys.auth_key)};
 		return {p};
 	}
 

@@ -26,7 +26,7 @@ TEST_CASE("closest_match suggests only near misses") {
 }
 
 TEST_CASE("decode_hex_key decodes 0x hex and explains malformed input") {
-	std::vector<uint8_t> out;
+	SecretBytes out;
 	CHECK(decode_hex_key("0x00ff10Ab", out).empty());
 	CHECK(out == std::vector<uint8_t>{0x00, 0xff, 0x10, 0xab});
 	CHECK(decode_hex_key("00ff", out).find("starting with 0x") != std::string::npos);

@@ -76,7 +76,7 @@ TEST_CASE("load_config resolves key files against the config file's folder") {
 	TempDir dir;
 	std::filesystem::create_directory(dir.path() / "etc");
 	dir.write("etc/out.key", hex_key(cbc().enc_key_len, 1), 0600);
-	auto conf = dir.write("etc/gw.toml", with_key_file("out.key").text(), 0644);
+	auto conf = dir.write("etc/gw.toml", with_key_file("out.key").text(), 0600); // other keys inline
 	Config c = load_config(conf, Role::gateway);
 	CHECK(c.source == conf.string());
 	CHECK(c.peers.size() == 2);

@@ -212,8 +212,8 @@ TEST_CASE("running data planes forward across rekeys, and the SAs they replaced 
 		tunnel::ChildSaKeys k;
 		k.spi = table_b.allocate_spi();
 		k.cipher = c;
-		k.enc_key = random_bytes(spec.enc_key_len);
-		k.auth_key = random_bytes(spec.auth_key_len);
+		k.enc_key = secret_copy(random_bytes(spec.enc_key_len));
+		k.auth_key = secret_copy(random_bytes(spec.auth_key_len));
 		table_b.install_inbound(a_at_b, k);
 		table_a.install_outbound(b_at_a, k);
 		return k.spi;

@@ -157,7 +157,7 @@ TEST_CASE("CHILD_SA rekeys with PFS by either side agree on keys and carry a key
 			// IKE_AUTH: the first CHILD_SA's keys come from the IKE SA, no PFS.
 			CHECK(child_pfs(*p.a, p.now).empty());
 			const std::string group = std::string(esp).substr(std::string(esp).rfind('-') + 1);
-			std::vector<uint8_t> last_enc = p.ha.installed.begin()->second.enc_out;
+			SecretBytes last_enc = p.ha.installed.begin()->second.enc_out;
 			for (int round = 1; round <= 3; round++) {
 				CAPTURE(round);
 				const size_t biggest = rekey_round_max(p);

@@ -271,7 +271,7 @@ TEST_CASE("peers keyed at run time are left out of the state file and keep no li
 	// An SA installed later has fresh keys, counts from 1 and is not limited.
 	tunnel::ChildSaKeys k;
 	k.spi = 0x4242;
-	k.enc_key = std::vector<uint8_t>(20, 1);
+	k.enc_key = SecretBytes(20, 1);
 	tunnel::OutboundSa* sa = table.install_outbound(peer(table, 2), k);
 	CHECK(sa->next_seq == 1);
 	CHECK(sa->seq_limit.load() == UINT64_MAX);

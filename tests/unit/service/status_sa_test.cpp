@@ -27,7 +27,7 @@ tunnel::ChildSaKeys gcm_keys(uint32_t spi) {
 	tunnel::ChildSaKeys k;
 	k.spi = spi;
 	k.cipher = crypto::Cipher::aes128_gcm;
-	k.enc_key = std::vector<uint8_t>(20, 0x5a);
+	k.enc_key = SecretBytes(20, 0x5a);
 	return k;
 }
 

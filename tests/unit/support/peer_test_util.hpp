@@ -85,7 +85,7 @@ inline tunnel::PeerParams gcm_peer(const char* name, Endpoint ep, const char* al
                                    uint32_t in_spi, const std::vector<uint8_t>& k_out,
                                    const std::vector<uint8_t>& k_in) {
 	return static_peer(name, ep, {*parse_prefix(allowed)}, crypto::Cipher::aes128_gcm,
-	                   {out_spi, k_out, {}}, {in_spi, k_in, {}});
+	                   {out_spi, secret_copy(k_out), {}}, {in_spi, secret_copy(k_in), {}});
 }
 
 } // namespace esptun::test

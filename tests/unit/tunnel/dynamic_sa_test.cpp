@@ -36,8 +36,8 @@ tunnel::ChildSaKeys child_keys(uint32_t spi, crypto::Cipher c, test::Rng& rng, u
 	tunnel::ChildSaKeys k;
 	k.spi = spi;
 	k.cipher = c;
-	k.enc_key = rng.bytes(spec.enc_key_len);
-	k.auth_key = rng.bytes(spec.auth_key_len);
+	k.enc_key = secret_copy(rng.bytes(spec.enc_key_len));
+	k.auth_key = secret_copy(rng.bytes(spec.auth_key_len));
 	k.replay_window = window;
 	return k;
 }

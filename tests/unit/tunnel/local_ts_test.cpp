@@ -19,8 +19,8 @@ tunnel::ChildSaKeys keys_for(uint32_t spi, test::Rng& rng) {
 	const crypto::CipherSpec& spec = crypto::cipher_spec(crypto::Cipher::aes128_gcm);
 	tunnel::ChildSaKeys k;
 	k.spi = spi;
-	k.enc_key = rng.bytes(spec.enc_key_len);
-	k.auth_key = rng.bytes(spec.auth_key_len);
+	k.enc_key = secret_copy(rng.bytes(spec.enc_key_len));
+	k.auth_key = secret_copy(rng.bytes(spec.auth_key_len));
 	return k;
 }
 

@@ -199,11 +199,13 @@ struct LinkOptions {
  * built this way mirror each other (A's out SA is B's in SA).
  */
 inline tunnel::PeerParams peer_entry(const Site& self, const Site& peer, const LinkOptions& o) {
-	tunnel::PeerParams p = static_peer(
-	    peer.name, o.endpoint_known ? std::optional<Endpoint>(peer.ep) : std::nullopt, {peer.v4, peer.v6},
-	    o.cipher,
-	    tunnel::SaParams{spi_of(peer, self), enc_key_to(peer, o.cipher), auth_key_to(peer, o.cipher)},
-	    tunnel::SaParams{spi_of(self, peer), enc_key_to(self, o.cipher), auth_key_to(self, o.cipher)});
+	tunnel::PeerParams p =
+	    static_peer(peer.name, o.endpoint_known ? std::optional<Endpoint>(peer.ep) : std::nullopt,
+	                {peer.v4, peer.v6}, o.cipher,
+	                tunnel::SaParams{spi_of(peer, self), secret_copy(enc_key_to(peer, o.cipher)),
+	                                 secret_copy(auth_key_to(peer, o.cipher))},
+	                tunnel::SaParams{spi_of(self, peer), secret_copy(enc_key_to(self, o.cipher)),
+	                                 secret_copy(auth_key_to(self, o.cipher))});
 	p.esn = o.esn;
 	p.replay_window = o.window;
 	return p;

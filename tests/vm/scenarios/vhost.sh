@@ -114,7 +114,7 @@ run_case() {
 	if [ "${OFFLOAD:-true}" = false ]; then
 		for ns in $A $B; do
 			awk '{ print } /^\[tunnel\]$/ { print "tun_offload = false" }' /tmp/$ns.toml >/tmp/$ns.toml.new &&
-				mv /tmp/$ns.toml.new /tmp/$ns.toml
+				chmod 600 /tmp/$ns.toml.new && mv /tmp/$ns.toml.new /tmp/$ns.toml
 		done
 	fi
 	if ! gw_start $A || ! gw_start $B; then

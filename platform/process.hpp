@@ -1,0 +1,32 @@
+// Process-wide protection of the key material a running endpoint holds in
+// memory (issue 16, key hygiene): no core dump may carry it to disk.
+#pragma once
+
+namespace esptun::platform {
+
+/**
+ * disable_core_dumps() - make this process non-dumpable: prctl(PR_SET_DUMPABLE, 0)
+ * and RLIMIT_CORE 0.
+ *
+ * Why the whole process rather than MADV_DONTDUMP on key pages: secrets
+ * live in more places than pages we could mark (OpenSSL's own key
+ * schedules in EVP contexts, the parsed config, stack temporaries, freed
+ * heap not yet reused), and MADV_DONTDUMP works on whole pages, so every
+ * secret would need its own page-aligned allocation. A non-dumpable process
+ * also refuses ptrace and /proc/PID/mem to other processes of its user.
+ * Costs: /proc/PID/ files become owned by root (we run as root, so nothing
+ * changes for us), and no core dump exists to debug a crash (run under gdb
+ * instead). The rlimit covers a core_pattern pipe configured with
+ * suid_dumpable = 2, which would still dump a non-dumpable process.
+ *
+ * The kernel resets the dumpable flag to fs.suid_dumpable when the
+ * process changes its user IDs (setuid, setresuid), so a privilege drop
+ * must call this again afterwards (prctl(2), PR_SET_DUMPABLE).
+ * Throws SystemError when the kernel refuses.
+ */
+void disable_core_dumps();
+
+/// Whether this process is dumpable now (prctl PR_GET_DUMPABLE), for tests and status.
+bool core_dumps_disabled();
+
+} // namespace esptun::platform
