@@ -4,9 +4,10 @@
 // (the form conf/ requires), one line per key, so an operator pastes the
 // block into [peer.out] / [peer.in] or writes it to a key file. Randomness
 // comes from getrandom(2), the kernel's CSPRNG, and every buffer holding a
-// key is wiped before it is freed.
+// key is a base/secret.hpp type, wiped when freed.
 #include "apps/cli/keygen.hpp"
 
+#include "base/secret.hpp"
 #include "crypto/esp_transform.hpp"
 
 #include <algorithm>
@@ -25,27 +26,6 @@ constexpr size_t kPskBytes = 32;
 /// SPIs below 256 are reserved by IANA (RFC 4303 section 2.1).
 constexpr uint32_t kMinSpi = 0x100;
 
-/// Secret - a byte buffer of fixed size that is wiped when it goes away.
-class Secret {
-public:
-	explicit Secret(size_t n) : bytes_(n) {}
-	~Secret() { wipe(bytes_.data(), bytes_.size()); }
-	Secret(const Secret&) = delete;
-	Secret& operator=(const Secret&) = delete;
-	uint8_t* data() noexcept { return bytes_.data(); }
-	size_t size() const noexcept { return bytes_.size(); }
-	const std::vector<uint8_t>& bytes() const noexcept { return bytes_; }
-
-	/// wipe() - zeroes @n bytes at @p in a way the compiler may not drop
-	static void wipe(void* p, size_t n) noexcept {
-		std::memset(p, 0, n);
-		asm volatile("" : : "r"(p) : "memory");
-	}
-
-private:
-	std::vector<uint8_t> bytes_;
-};
-
 /// fill_random() - @n bytes from getrandom(2); throws when the kernel refuses
 void fill_random(uint8_t* out, size_t n) {
 	size_t done = 0;
@@ -60,9 +40,10 @@ void fill_random(uint8_t* out, size_t n) {
 }
 
 /// hex_text() - "0x" and the bytes of @b in lower-case hex
-std::string hex_text(const std::vector<uint8_t>& b) {
+SecretString hex_text(std::span<const uint8_t> b) {
 	static constexpr char kDigits[] = "0123456789abcdef";
-	std::string s = "0x";
+	SecretString s;
+	s += "0x";
 	s.reserve(2 + 2 * b.size());
 	for (uint8_t v : b) {
 		s += kDigits[v >> 4];
@@ -83,26 +64,21 @@ uint32_t random_spi(uint32_t avoid = 0) {
 /// SaKeys - the key lines of one static SA, as TOML.
 struct SaKeys {
 	uint32_t spi = 0;
-	std::string lines; ///< `key = "0x.."` or `enc_key = ..` and `auth_key = ..`
-
-	~SaKeys() { Secret::wipe(lines.data(), lines.size()); }
+	SecretString lines; ///< `key = "0x.."` or `enc_key = ..` and `auth_key = ..`
 };
 
 /// make_sa_keys() - fresh keys of @spec's lengths as the TOML lines of one SA
 void make_sa_keys(const crypto::CipherSpec& spec, SaKeys& out) {
-	Secret enc(spec.enc_key_len);
+	SecretBytes enc(spec.enc_key_len);
 	fill_random(enc.data(), enc.size());
-	std::string enc_hex = hex_text(enc.bytes());
-	if (spec.aead) {
-		out.lines = "key = \"" + enc_hex + "\"\n";
-	} else {
-		Secret auth(spec.auth_key_len);
+	const char* name = spec.aead ? "key" : "enc_key";
+	out.lines.clear();
+	out.lines.append(name).append(" = \"").append(hex_text(enc)).append("\"\n");
+	if (!spec.aead) {
+		SecretBytes auth(spec.auth_key_len);
 		fill_random(auth.data(), auth.size());
-		std::string auth_hex = hex_text(auth.bytes());
-		out.lines = "enc_key = \"" + enc_hex + "\"\nauth_key = \"" + auth_hex + "\"\n";
-		Secret::wipe(auth_hex.data(), auth_hex.size());
+		out.lines.append("auth_key = \"").append(hex_text(auth)).append("\"\n");
 	}
-	Secret::wipe(enc_hex.data(), enc_hex.size());
 }
 
 /// cipher_names() - the suites' config names, for messages
@@ -176,11 +152,9 @@ int keygen_main(const std::string& verb, const std::vector<std::string>& args, c
 	}
 	try {
 		if (verb == "genpsk") {
-			Secret psk(kPskBytes);
+			SecretBytes psk(kPskBytes);
 			fill_random(psk.data(), psk.size());
-			std::string text = hex_text(psk.bytes());
-			std::printf("psk = \"%s\"\n", text.c_str());
-			Secret::wipe(text.data(), text.size());
+			std::printf("psk = \"%s\"\n", hex_text(psk).c_str());
 			return 0;
 		}
 		if (cipher.empty()) {

@@ -116,6 +116,10 @@ def interface_of(me):
     return f"kg{me}{os.getpid() % 100000}"
 
 
+def B_SOCK():
+    return f"/run/esptun/{interface_of('b')}.sock"
+
+
 def gateway_config(tmp, me, ul_peer, tun_addr, allowed, block, socket):
     """gateway_config() - one end's config: [tunnel] and a [[peer]] whose
     cipher and SA tables are genpair's block, pasted as printed. socket
@@ -156,6 +160,9 @@ def check_genpair(rep, build):
         p = esptun_proc.run_check(build, cfg)
         rep.require(p.returncode == 0, f"check accepts {os.path.basename(cfg)}",
                     p.stdout + p.stderr)
+    # B's default socket outlives it (it runs as nobody and cannot unlink in
+    # root's /run/esptun): the test removes it.
+    netns.on_cleanup(lambda: os.path.exists(B_SOCK()) and os.unlink(B_SOCK()))
     gw_a = esptun_proc.Endpoint(build, a, cfg_a, os.path.join(tmp, "a.log")).start()
     gw_b = esptun_proc.Endpoint(build, b, cfg_b, os.path.join(tmp, "b.log")).start()
     netns.on_cleanup(gw_a.stop)
