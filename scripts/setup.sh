@@ -3,7 +3,19 @@
 # its VM tests. Idempotent: when everything is present it only checks
 # (well under a second) and touches nothing. Needs root only when something
 # is missing.
+#   setup.sh          everything test.sh (CI) needs
+#   setup.sh --demo   only what the build and `esptun-bench demo` need
+#                     (demo.sh): no qemu, kernel image, peers or resolver
 set -euo pipefail
+profile=all
+case "${1:-}" in
+"") ;;
+--demo) profile=demo ;;
+*)
+	echo "usage: setup.sh [--demo]" >&2
+	exit 2
+	;;
+esac
 
 # Build: compiler, CMake, and the libraries the tree links against.
 # libseccomp-dev: the system call allow-list after the privilege drop
@@ -39,8 +51,16 @@ if ! is_installed systemd-resolved && ! is_installed resolvconf; then
 	test_pkgs+=(openresolv)
 fi
 
+# The demo builds the tree (tests included: doctest) and runs two gateways
+# in namespaces set up with `ip`; it pings and transfers by itself.
+if [[ $profile == demo ]]; then
+	wanted=("${build_pkgs[@]}" iproute2)
+else
+	wanted=("${build_pkgs[@]}" "${test_pkgs[@]}" "${peer_pkgs[@]}" "${vm_pkgs[@]}")
+fi
+
 missing=()
-for pkg in "${build_pkgs[@]}" "${test_pkgs[@]}" "${peer_pkgs[@]}" "${vm_pkgs[@]}"; do
+for pkg in "${wanted[@]}"; do
 	is_installed "$pkg" || missing+=("$pkg")
 done
 
