@@ -28,7 +28,10 @@ build_pkgs=(g++ cmake make pkg-config libssl-dev liburing-dev libseccomp-dev lib
 # clang-format, and pgrep/sysctl (procps). openresolv (the resolvconf that
 # tests/netns/test_ike_dns.py applies client DNS servers through) is added
 # below unless the machine has another resolver manager it conflicts with.
-test_pkgs=(iproute2 iperf3 iputils-ping python3-scapy clang clang-format libclang-rt-14-dev procps git)
+# dpkg-dev (dpkg-shlibdeps) and groff-base: tests/package/test_deb.py builds
+# the Debian package and renders its man pages.
+test_pkgs=(iproute2 iperf3 iputils-ping python3-scapy clang clang-format libclang-rt-14-dev procps git
+	dpkg-dev groff-base)
 # `esptun-bench compare` peers: userspace WireGuard (wireguard-go, configured
 # with wg), OpenVPN 2.6, and strongSwan's charon with kernel-libipsec (the
 # standard plugins bring the gcm and openssl crypto libipsec's AES-GCM needs).

@@ -9,13 +9,24 @@
 
 namespace esptun::service {
 
-ControlLoop::ControlLoop() : stop(platform::make_eventfd()), signals(io, SIGINT, SIGTERM) {
+ControlLoop::ControlLoop()
+    : stop(platform::make_eventfd()), signals(io, SIGINT, SIGTERM), hangup(io, SIGHUP) {
 	signals.async_wait([this](asio::error_code ec, int sig) {
 		if (!ec)
 			log::info(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
 			          ", shutting down");
 		platform::eventfd_signal(stop.get());
 		io.stop();
+	});
+	wait_hangup();
+}
+
+void ControlLoop::wait_hangup() {
+	hangup.async_wait([this](asio::error_code ec, int) {
+		if (ec) return;
+		log::warn("received SIGHUP: live reload is not implemented yet, so the config was not "
+		          "re-read; restart the service to apply a changed config");
+		wait_hangup();
 	});
 }
 
@@ -24,6 +35,7 @@ BlockSignalsForThreads::BlockSignalsForThreads() {
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, &old_);
 }
 

@@ -20,6 +20,9 @@ namespace esptun::service {
  * SIGINT and SIGTERM are caught from construction on: one that arrives
  * during set-up is acted on as soon as the loop runs, after everything is
  * in place to be undone in order. It stops the loop and signals @stop.
+ * SIGHUP, which would otherwise end the process without any clean-up, is
+ * caught too and only logged: there is no live reload yet (issue 17), so
+ * an operator who expects one learns that the config was not re-read.
  */
 struct ControlLoop {
 	ControlLoop();
@@ -29,10 +32,15 @@ struct ControlLoop {
 	asio::io_context io;
 	platform::UniqueFd stop;
 	asio::signal_set signals;
+	asio::signal_set hangup;
+
+private:
+	/// wait_hangup() - log each SIGHUP and keep running
+	void wait_hangup();
 };
 
 /**
- * BlockSignalsForThreads - SIGINT and SIGTERM blocked while it lives
+ * BlockSignalsForThreads - SIGINT, SIGTERM and SIGHUP blocked while it lives
  *
  * Signals go to the control loop; threads started meanwhile inherit the
  * mask, so a worker's epoll_wait() is never interrupted by them for nothing.

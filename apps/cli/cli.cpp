@@ -41,27 +41,32 @@ std::string* option_target(Args& args, const std::string& a) {
 }
 
 void usage(FILE* out, const char* program, conf::Role role) {
-	const char* verb = role == conf::Role::gateway ? "run" : "up";
-	const char* what = role == conf::Role::gateway ? "site-to-site gateway" : "VPN client";
+	const bool gw = role == conf::Role::gateway;
+	const std::string run = std::string(gw ? "run" : "up") + " -c FILE [-v]";
+	const std::string start =
+	    std::string("start the ") + (gw ? "site-to-site gateway" : "VPN client") + " in the foreground";
+	struct Line {
+		std::string cmd, what;
+	};
+	std::vector<Line> lines{
+	    {run, start},
+	    {"check -c FILE", "validate FILE without touching any device"},
+	    {"status [WHICH] [--format F]", "print the counters (F: json, prometheus)"},
+	    {"show [WHICH]", "print peers, SAs, transfer, drops for people"},
+	};
+	if (!gw) lines.push_back({"cleanup -c FILE", "remove the routes a killed client left"});
+	for (const KeygenCommand& k : keygen_commands())
+		lines.push_back({k.usage, k.what});
+	lines.push_back({"--version", "print the version"});
+	for (size_t i = 0; i < lines.size(); i++)
+		std::fprintf(out, "%s %s %-28s %s\n", i ? "      " : "usage:", program, lines[i].cmd.c_str(),
+		             lines[i].what.c_str());
+	const std::string dir(conf::kControlSocketDir);
 	std::fprintf(out,
-	             "usage: %s %s -c FILE [-v]   start the %s in the foreground\n"
-	             "       %s check -c FILE      validate FILE without touching any device\n"
-	             "       %s status [WHICH] [--format json|prometheus]\n"
-	             "                             print the running endpoint's counters\n"
-	             "       %s show [WHICH]       print peers, SAs, transfer and drops for people\n"
-	             "  WHICH: -i INTERFACE (socket %s/INTERFACE.sock), -s SOCKET or -c FILE;\n"
-	             "         none: the endpoints running with sockets in %s\n",
-	             program, verb, what, program, program, program,
-	             std::string(conf::kControlSocketDir).c_str(),
-	             std::string(conf::kControlSocketDir).c_str());
-	if (role == conf::Role::client)
-		std::fprintf(out, "       %s cleanup -c FILE     remove the routes a killed client left\n",
-		             program);
-	keygen_usage(out, program);
-	std::fprintf(out,
-	             "       %s --version          print the version\n"
-	             "FILE is a TOML config; see docs/examples/ and README.md.\n",
-	             program);
+	             "FILE is a TOML config; see docs/examples/ and README.md.\n"
+	             "WHICH is -i INTERFACE (its socket is %s/INTERFACE.sock), -s SOCKET or -c FILE;\n"
+	             "without one: every endpoint with a socket in %s (status: the only one).\n",
+	             dir.c_str(), dir.c_str());
 }
 
 /// Returns false (after printing why) when the arguments make no sense.

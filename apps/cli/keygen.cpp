@@ -131,12 +131,13 @@ void genpair(const crypto::CipherSpec& spec) {
 
 } // namespace
 
-void keygen_usage(FILE* out, const char* program) {
-	std::fprintf(out,
-	             "       %s genkey --cipher C      print a random key (TOML key lines) for suite C\n"
-	             "       %s genpair --cipher C     print [peer.out]/[peer.in] blocks for both ends\n"
-	             "       %s genpsk                 print a random pre-shared key for IKE\n",
-	             program, program, program);
+std::span<const KeygenCommand> keygen_commands() {
+	static const KeygenCommand kCommands[] = {
+	    {"genkey --cipher C", "print a random key for suite C"},
+	    {"genpair --cipher C", "print both ends' keys of a static link"},
+	    {"genpsk", "print a random pre-shared key for IKE"},
+	};
+	return kCommands;
 }
 
 int keygen_main(const std::string& verb, const std::vector<std::string>& args, const char* program) {

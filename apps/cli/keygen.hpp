@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,12 @@ namespace esptun::cli {
  */
 int keygen_main(const std::string& verb, const std::vector<std::string>& args, const char* program);
 
-/// keygen_usage() - the usage lines of the key generation commands
-void keygen_usage(FILE* out, const char* program);
+/// One key generation command for the usage text.
+struct KeygenCommand {
+	const char* usage; ///< e.g. "genkey --cipher C"
+	const char* what;
+};
+/// keygen_commands() - the key generation commands, for the usage text
+std::span<const KeygenCommand> keygen_commands();
 
 } // namespace esptun::cli
