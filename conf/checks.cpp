@@ -164,14 +164,16 @@ std::string check_interface_address(const IpPrefix& p) {
 
 std::string decode_hex_key(std::string_view text, SecretBytes& out) {
 	out.clear();
-	if (text.size() < 2 || text[0] != '0' || (text[1] != 'x' && text[1] != 'X'))
-		return "must be hex starting with 0x, as `ip xfrm state` takes keys (e.g. \"0x6b3a...\")";
-	std::string_view digits = text.substr(2);
-	if (digits.empty()) return "has no hex digits after 0x";
+	// "0x" as `ip xfrm state` and strongSwan write keys, or the bare digits
+	// that `openssl rand -hex` and `xxd -p` print.
+	const bool prefixed = text.size() >= 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+	const std::string_view digits = prefixed ? text.substr(2) : text;
+	if (digits.empty()) return prefixed ? "has no hex digits after 0x" : "is empty";
 	for (size_t i = 0; i < digits.size(); i++)
 		if (!is_hex_digit(digits[i]))
 			return "has a character that is not a hex digit at position " +
-			       std::to_string(i + 3) + "; use only 0-9 and a-f after 0x";
+			       std::to_string(i + (prefixed ? 3 : 1)) +
+			       "; write the key as hex (0-9, a-f), optionally after 0x";
 	if (digits.size() % 2 != 0)
 		return "has an odd number of hex digits (" + std::to_string(digits.size()) +
 		       "); each byte takes two digits";

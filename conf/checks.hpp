@@ -31,7 +31,8 @@ std::string check_spi(int64_t spi);
 std::string check_interface_address(const IpPrefix& p);
 
 /**
- * decode_hex_key() - "0x0123..." (as `ip xfrm state` takes keys) into bytes.
+ * decode_hex_key() - hex key text into bytes: "0x0123..." (as `ip xfrm state`
+ * takes keys) or the bare digits "0123..." (as `openssl rand -hex` prints).
  * The message never repeats the key text: it is a secret.
  */
 std::string decode_hex_key(std::string_view text, SecretBytes& out);

@@ -712,12 +712,12 @@ void Loader::check_key_reuse() const {
 		for (const auto& [dir, sa] : {std::pair{"out", &peer.out}, std::pair{"in", &peer.in}}) {
 			for (const Use& u : seen)
 				if (u.sa->enc_key == sa->enc_key && u.sa->auth_key == sa->auth_key)
-					fail(peer.line,
-					     "peer " + q(peer.name) + " [peer." + dir +
-					         "] uses the same key as peer " + q(u.peer->name) +
-					         " [peer." + u.dir + "] (line " +
-					         std::to_string(u.peer->line) +
-					         "); give every SA its own key (e.g. openssl rand -hex 20)");
+					fail(peer.line, "peer " + q(peer.name) + " [peer." + dir +
+					                    "] uses the same key as peer " + q(u.peer->name) +
+					                    " [peer." + u.dir + "] (line " +
+					                    std::to_string(u.peer->line) +
+					                    "); give every SA its own key (esptun-gateway "
+					                    "genpair --cipher C makes a pair)");
 			seen.push_back({&peer, dir, sa});
 		}
 	}

@@ -39,7 +39,7 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 		fail(line, "the pre-shared key of peer " + q(peer.name) + " is " +
 		               std::to_string(ike.psk.size()) + " bytes; use at least " +
 		               std::to_string(kMinPskLen) +
-		               " (e.g. 32 random bytes: head -c 32 /dev/urandom | base64)");
+		               " (esptun-gateway genpsk makes one of 32 random bytes)");
 
 	auto identity = [&](std::string_view key, std::string fallback) {
 		auto v = get_string(t, key, where);

@@ -25,11 +25,14 @@ TEST_CASE("closest_match suggests only near misses") {
 	CHECK(closest_match(std::string(1000, 'a'), keys).empty());
 }
 
-TEST_CASE("decode_hex_key decodes 0x hex and explains malformed input") {
+TEST_CASE("decode_hex_key decodes hex with or without 0x and explains malformed input") {
 	SecretBytes out;
 	CHECK(decode_hex_key("0x00ff10Ab", out).empty());
 	CHECK(out == std::vector<uint8_t>{0x00, 0xff, 0x10, 0xab});
-	CHECK(decode_hex_key("00ff", out).find("starting with 0x") != std::string::npos);
+	CHECK(decode_hex_key("00ff10ab", out).empty());
+	CHECK(out == std::vector<uint8_t>{0x00, 0xff, 0x10, 0xab});
+	CHECK(decode_hex_key("", out).find("empty") != std::string::npos);
+	CHECK(decode_hex_key("0g", out).find("position 2") != std::string::npos);
 	CHECK(decode_hex_key("0x0", out).find("odd number") != std::string::npos);
 	CHECK(decode_hex_key("0x0g", out).find("position 4") != std::string::npos);
 	CHECK(decode_hex_key("0x 00", out).find("not a hex digit") != std::string::npos);

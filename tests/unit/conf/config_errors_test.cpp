@@ -121,8 +121,9 @@ TEST_CASE("malformed hex keys are rejected without echoing the key") {
 	CHECK(msg.rfind("test.toml:18: ", 0) == 0);
 	CHECK(msg.find("not a hex digit at position 34") != std::string::npos);
 	CHECK(msg.find(secret) == std::string::npos);
-	CHECK_CONFIG_ERROR(gateway_lines().set(18, "enc_key = \"" + hex_key(16, 1).substr(2) + "\""), gw, 18,
-	                   "must be hex starting with 0x");
+	// The bare digits are taken as well (as `openssl rand -hex` prints them).
+	CHECK(error_of(gateway_lines().set(18, "enc_key = \"" + hex_key(16, 1).substr(2) + "\"").text()) ==
+	      "(no error)");
 	CHECK_CONFIG_ERROR(gateway_lines().set(18, "enc_key = \"0x123\""), gw, 18,
 	                   "odd number of hex digits");
 	CHECK_CONFIG_ERROR(gateway_lines().set(18, "enc_key = \"0x\""), gw, 18, "no hex digits after 0x");
