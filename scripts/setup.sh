@@ -29,9 +29,10 @@ build_pkgs=(g++ cmake make pkg-config libssl-dev liburing-dev libseccomp-dev lib
 # tests/netns/test_ike_dns.py applies client DNS servers through) is added
 # below unless the machine has another resolver manager it conflicts with.
 # dpkg-dev (dpkg-shlibdeps) and groff-base: tests/package/test_deb.py builds
-# the Debian package and renders its man pages.
+# the Debian package and renders its man pages; python3-prometheus-client's
+# parser reads `status --format prometheus` in tests/netns/test_cli.py.
 test_pkgs=(iproute2 iperf3 iputils-ping python3-scapy clang clang-format libclang-rt-14-dev procps git
-	dpkg-dev groff-base)
+	dpkg-dev groff-base python3-prometheus-client)
 # `esptun-bench compare` peers: userspace WireGuard (wireguard-go, configured
 # with wg), OpenVPN 2.6, and strongSwan's charon with kernel-libipsec (the
 # standard plugins bring the gcm and openssl crypto libipsec's AES-GCM needs).

@@ -251,6 +251,18 @@ def check_prometheus(rep, build, tmp):
             samples[(m.group(1), tuple(sorted(labels.items())))] = float(m.group(3))
     rep.check(not bad and samples, "every line is HELP, TYPE (once per metric) or a sample",
               "\n".join(bad[:5]))
+    # And an independent reader: the Prometheus client library's own parser.
+    from prometheus_client.parser import text_string_to_metric_families
+    parsed = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            for smp in fam.samples:
+                parsed[(smp.name, tuple(sorted(smp.labels.items())))] = smp.value
+    except ValueError as e:
+        rep.check(False, "prometheus_client's parser reads the output", str(e))
+    rep.check(parsed and all(parsed.get(k) == v for k, v in samples.items()),
+              f"prometheus_client's parser reads the same {len(samples)} samples",
+              str([k for k, v in samples.items() if parsed.get(k) != v][:5]))
     a_if = interface_of("a")
     peer = esptun_proc.peer(status, "other")
 
