@@ -71,6 +71,7 @@ import json
 import os
 import re
 import secrets
+import subprocess
 import sys
 import threading
 import time
@@ -549,12 +550,37 @@ def case_up(rep, ctx, idx, tag, labels, users=None):
     return g, h, clients
 
 
+def check_show(rep, ctx, tag, g, name):
+    """`esptun-gateway show -c` on the running gateway: the IKE peer's fields
+    as the status JSON has them (its IKE SA, suite, remote, CHILD_SA and
+    selectors, virtual address), one by one."""
+    st = g.ep.status()
+    sa = next(s for s in established(st) if s.get("peer") == name)
+    p = subprocess.run(g.ep.ns.cmd(g.ep.binary, "show", "-c", g.ep.config), capture_output=True,
+                       text=True, timeout=10)
+    out = p.stdout
+    ctx.outputs.append(("show of " + os.path.basename(g.ep.config), out + p.stderr))
+    rep.check(p.returncode == 0 and f"peer: {name}" in out, f"[{tag}] show lists peer {name}",
+              p.stderr[-300:])
+    block = out[out.find(f"peer: {name}"):]
+    wants = [f"ike sa: established (peer initiated), {sa['suite']}, {sa['remote']}"]
+    for ch in sa["children"]:
+        wants.append(f"child: {ch['spi_in']}/{ch['spi_out']} {ch['cipher']}")
+        wants.append(", ".join(ch["local_ts"]) + " === " + ", ".join(ch["remote_ts"]))
+    if sa.get("virtual_ips"):
+        wants.append("virtual ips: " + ", ".join(sa["virtual_ips"]))
+    missing = [w for w in wants if w not in block]
+    rep.check(not missing, f"[{tag}] show: {name}'s IKE SA, suite, remote, CHILD_SA and "
+              "selectors as in the status JSON", f"missing {missing} in:\n{block[:800]}")
+
+
 def case_one(rep, ctx, idx, tag):
     g, h, (a,) = case_up(rep, ctx, idx, tag, ["A"])
     check_gateway_sas(rep, tag, g, ["alice"])
     ping(rep, tag, a, H_ADDR)
     ping(rep, tag, a, GW_IN)
     transfers(rep, tag, [a], h)
+    check_show(rep, ctx, tag, g, "alice")
 
 
 def case_two(rep, ctx, idx, tag):
