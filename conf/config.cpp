@@ -92,7 +92,17 @@ void check_ascii(std::string_view text, const std::string& source) {
 			line_start = false;
 			comment_line = c == '#';
 		}
-		if (static_cast<unsigned char>(c) < 0x80) continue;
+		const auto u = static_cast<unsigned char>(c);
+		// TOML 1.0 allows no control character but tab, LF and CR (before
+		// LF) anywhere, comments included; they are refused here, before
+		// toml++ sees them (its parser asserts on some of them in a key).
+		if ((u < 0x20 && c != '\t' && c != '\r') || u == 0x7f)
+			throw ConfigError(source, line,
+			                  "control character 0x" +
+			                      std::string(1, "0123456789abcdef"[u >> 4]) +
+			                      std::string(1, "0123456789abcdef"[u & 15]) + " at column " +
+			                      std::to_string(col) + "; TOML allows only tab and line ends");
+		if (u < 0x80) continue;
 		if (comment_line && text[i - 1] != '\\') continue;
 		throw ConfigError(
 		    source, line,

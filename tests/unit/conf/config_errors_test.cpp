@@ -278,3 +278,16 @@ TEST_CASE("non-ASCII text is refused outside whole-line comments, avoiding toml+
 	CHECK(error_of(gateway_lines().set(8, "  # B\xc3\xbcro Z\xc3\xbcrich").text()) == "(no error)");
 	CHECK(error_of("\xEF\xBB\xBF" + gateway_lines().text()) == "(no error)");
 }
+
+TEST_CASE("control characters are refused before toml++ sees them") {
+	// libFuzzer's find (fuzz-config, a build with assertions on): a backspace
+	// and a NUL in a table header failed an assertion inside toml++'s
+	// parse_key(). TOML 1.0 allows no control character but tab and line ends.
+	using namespace std::string_literals;
+	CHECK(error_of("[\x08\0nnel]\ninterface = \"esp0\"\n"s)
+	          .rfind("test.toml:1: control character 0x08", 0) == 0);
+	CHECK_CONFIG_ERROR(gateway_lines().set(5, "mtu = 1400 # \x01"), gw, 5, "control character 0x01");
+	CHECK_CONFIG_ERROR(gateway_lines().set(5, "mtu = 1400\x7f"), gw, 5, "control character 0x7f");
+	// A tab stays valid.
+	CHECK(error_of("\t" + gateway_lines().text()) == "(no error)");
+}
