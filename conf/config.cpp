@@ -213,6 +213,23 @@ std::optional<Found<SecretString>> Loader::get_secret(const toml::table& t, std:
 	return Found<SecretString>{SecretString(std::string_view(**n->as_string())), line};
 }
 
+SecretString Loader::secret_text(std::optional<Found<SecretString>>& inline_value,
+                                 const std::optional<Found<std::string>>& file, const std::string& file_desc,
+                                 int& line, fs::path& path) {
+	path.clear();
+	if (inline_value) {
+		line = inline_value->line;
+		return std::move(inline_value->value);
+	}
+	line = file->line;
+	if (file->value.empty() || file->value.find('\0') != std::string::npos)
+		fail(line, file_desc + " must name a file");
+	path = fs::path(file->value).is_absolute() ? fs::path(file->value) : base_dir_ / file->value;
+	SecretString text;
+	if (auto err = read_key_file(path, text); !err.empty()) fail(line, err);
+	return text;
+}
+
 std::optional<Found<int64_t>> Loader::get_int(const toml::table& t, std::string_view key,
                                               std::string_view where, std::string_view hint) {
 	const toml::node* n = typed(t, key, where, toml::node_type::integer, hint);

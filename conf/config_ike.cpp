@@ -15,19 +15,10 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 	auto file = get_string(t, "psk_file", where);
 	if (inline_psk && file)
 		fail(file->line, "give either 'psk' or 'psk_file' for peer " + q(peer.name) + ", not both");
-	SecretString text;
 	int line = 0;
-	if (inline_psk) {
-		text = std::move(inline_psk->value);
-		line = inline_psk->line;
-	} else {
-		line = file->line;
-		if (file->value.empty() || file->value.find('\0') != std::string::npos)
-			fail(line, "'psk_file' of peer " + q(peer.name) + " must name a file");
-		fs::path path =
-		    fs::path(file->value).is_absolute() ? fs::path(file->value) : base_dir_ / file->value;
-		if (auto err = read_key_file(path, text); !err.empty()) fail(line, err);
-	}
+	std::filesystem::path path;
+	const SecretString text =
+	    secret_text(inline_psk, file, "'psk_file' of peer " + q(peer.name), line, path);
 	// strongSwan's convention: "0x..." is hex, anything else is the key's bytes as written.
 	if (text.starts_with("0x") || text.starts_with("0X")) {
 		if (auto err = decode_hex_key(text.view(), ike.psk); !err.empty())

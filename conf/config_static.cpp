@@ -86,21 +86,12 @@ SecretBytes Loader::parse_key(const toml::table& t, int table_line, std::string_
 		                     " = \"0x...\" with " + size_text + ", or " + file_key +
 		                     " = \"path\" naming a file that holds it");
 
-	SecretString text;
-	std::string what = q(name) + " in " + w;
 	int line = 0;
-	if (inline_key) {
-		text = std::move(inline_key->value);
-		line = inline_key->line;
-	} else {
-		line = file->line;
-		if (file->value.empty() || file->value.find('\0') != std::string::npos)
-			fail(line, q(file_key) + " in " + w + " must name a file");
-		fs::path path =
-		    fs::path(file->value).is_absolute() ? fs::path(file->value) : base_dir_ / file->value;
-		if (auto err = read_key_file(path, text); !err.empty()) fail(line, err);
-		what = "the key in " + path.string() + " (" + q(file_key) + " in " + w + ")";
-	}
+	std::filesystem::path path;
+	const SecretString text = secret_text(inline_key, file, q(file_key) + " in " + w, line, path);
+	const std::string what = path.empty()
+	                             ? q(name) + " in " + w
+	                             : "the key in " + path.string() + " (" + q(file_key) + " in " + w + ")";
 
 	SecretBytes key;
 	if (auto err = decode_hex_key(text.view(), key); !err.empty()) fail(line, what + " " + err);

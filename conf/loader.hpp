@@ -89,6 +89,17 @@ private:
 	/// and the config counts as holding inline secrets (inline_secret_line()).
 	std::optional<Found<SecretString>> get_secret(const toml::table& t, std::string_view key,
 	                                              std::string_view where);
+	/**
+	 * secret_text() - a key or PSK given inline (@inline_value) or in a file
+	 * (@file, relative to the config's folder, private: read_key_file())
+	 * @file_desc: how messages name the file key, e.g. "'psk_file' of peer 'x'"
+	 * @line:      set to the line that gave it
+	 * @path:      set to the file read; empty when inline
+	 * One of the two must be given; fails on an empty or unreadable file.
+	 */
+	SecretString secret_text(std::optional<Found<SecretString>>& inline_value,
+	                         const std::optional<Found<std::string>>& file, const std::string& file_desc,
+	                         int& line, std::filesystem::path& path);
 	std::optional<Found<int64_t>> get_int(const toml::table& t, std::string_view key,
 	                                      std::string_view where, std::string_view hint = {});
 	std::optional<Found<bool>> get_bool(const toml::table& t, std::string_view key,
