@@ -92,54 +92,159 @@ std::optional<Endpoint> Peer::endpoint() const noexcept {
 	return ep;
 }
 
+PeerChange::PeerChange() = default;
+PeerChange::PeerChange(PeerChange&&) noexcept = default;
+PeerChange& PeerChange::operator=(PeerChange&&) noexcept = default;
+PeerChange::~PeerChange() = default;
+
+std::vector<Peer*> PeerChange::added() const {
+	std::vector<Peer*> out;
+	for (const auto& p : added_)
+		out.push_back(p.get());
+	return out;
+}
+
 SaTable::SaTable(const std::vector<PeerParams>& params, size_t workers) : workers_(workers) {
 	if (workers == 0) throw std::invalid_argument("an SA table needs at least one worker");
 	active_ = std::make_unique<ActiveEpoch[]>(workers);
-	for (const PeerParams& p : params) {
-		auto peer = std::make_unique<Peer>();
-		peer->name = p.name;
-		peer->allowed_ips = p.allowed_ips;
-		peer->keyed_statically = p.keyed_statically;
-		peer->impl = p.impl;
-		peer->store_endpoint(p.endpoint);
-		peer->endpoint_configured = p.endpoint.has_value();
+	set_owned_ = std::make_unique<PeerSet>();
+	set_.store(set_owned_.get(), std::memory_order_relaxed);
+	// Visible to the workers through their creation, which comes later.
+	commit_peers(prepare_peers({}, params));
+}
 
-		if (p.keyed_statically) {
-			const crypto::CipherSpec* spec = &crypto::cipher_spec(p.cipher);
-			peer->out.spi = p.out.spi;
-			peer->out.esn = p.esn;
-			peer->out.spec = spec;
-			for (size_t w = 0; w < workers; w++)
-				peer->out.transforms.push_back(crypto::make_esp_transform(
-				    p.cipher, p.out.enc_key, p.out.auth_key, p.esn, p.impl));
+/// build_peer() - one peer as @p describes it, with its static SAs if any.
+std::unique_ptr<Peer> SaTable::build_peer(const PeerParams& p) const {
+	auto peer = std::make_unique<Peer>();
+	peer->name = p.name;
+	peer->allowed_ips = p.allowed_ips;
+	peer->keyed_statically = p.keyed_statically;
+	peer->impl = p.impl;
+	peer->store_endpoint(p.endpoint);
+	peer->endpoint_configured = p.endpoint.has_value();
+	if (!p.keyed_statically) return peer;
 
-			peer->in = std::make_unique<InboundSa>(p.replay_window, p.esn);
-			peer->in->spi = p.in.spi;
-			peer->in->spec = spec;
-			for (size_t w = 0; w < workers; w++)
-				peer->in->transforms.push_back(crypto::make_esp_transform(
-				    p.cipher, p.in.enc_key, p.in.auth_key, p.esn, p.impl));
-			peer->in->peer = peer.get();
-			if (!by_spi_.emplace(p.in.spi, peer->in.get()).second)
-				throw std::invalid_argument("peer " + p.name + ": inbound SPI " +
-				                            std::to_string(p.in.spi) +
+	const crypto::CipherSpec* spec = &crypto::cipher_spec(p.cipher);
+	peer->out.spi = p.out.spi;
+	peer->out.esn = p.esn;
+	peer->out.spec = spec;
+	for (size_t w = 0; w < workers_; w++)
+		peer->out.transforms.push_back(
+		    crypto::make_esp_transform(p.cipher, p.out.enc_key, p.out.auth_key, p.esn, p.impl));
+	peer->in = std::make_unique<InboundSa>(p.replay_window, p.esn);
+	peer->in->spi = p.in.spi;
+	peer->in->spec = spec;
+	for (size_t w = 0; w < workers_; w++)
+		peer->in->transforms.push_back(
+		    crypto::make_esp_transform(p.cipher, p.in.enc_key, p.in.auth_key, p.esn, p.impl));
+	peer->in->peer = peer.get();
+	// Published with the peer: out_sa_ is read only once the peer is found.
+	peer->out_sa_.store(&peer->out, std::memory_order_relaxed);
+	return peer;
+}
+
+Peer* SaTable::find_peer(std::string_view name) const noexcept {
+	for (const auto& p : peers_)
+		if (p->name == name) return p.get();
+	return nullptr;
+}
+
+PeerChange SaTable::prepare_peers(std::span<const std::string> remove,
+                                  const std::vector<PeerParams>& add) const {
+	PeerChange change;
+	for (const std::string& name : remove) {
+		Peer* p = find_peer(name);
+		if (!p) throw std::invalid_argument("peer " + name + " is not in the SA table");
+		if (std::find(change.removed_.begin(), change.removed_.end(), p) == change.removed_.end())
+			change.removed_.push_back(p);
+	}
+	auto removed = [&](const Peer* p) {
+		return std::find(change.removed_.begin(), change.removed_.end(), p) != change.removed_.end();
+	};
+	// The peers that stay, then the new ones: the new set is built from all.
+	std::vector<Peer*> all;
+	for (const auto& p : peers_)
+		if (!removed(p.get())) all.push_back(p.get());
+	for (const PeerParams& p : add) {
+		for (const Peer* q : all)
+			if (q->name == p.name)
+				throw std::invalid_argument("peer " + p.name + " is listed twice");
+		change.added_.push_back(build_peer(p));
+		all.push_back(change.added_.back().get());
+	}
+
+	change.set_ = std::make_unique<PeerSet>();
+	PeerSet& set = *change.set_;
+	std::lock_guard lock(control_); // the run-time SPIs in use
+	for (size_t i = 0; i < all.size(); i++) {
+		Peer* peer = all[i];
+		if (peer->in) {
+			const uint32_t spi = peer->in->spi;
+			const size_t slot = spi & (kSpiSlots - 1);
+			if (!set.by_spi.emplace(spi, peer->in.get()).second ||
+			    (slot_state_[slot] != SlotState::free && slot_spi_[slot] == spi))
+				throw std::invalid_argument("peer " + peer->name + ": inbound SPI " +
+				                            std::to_string(spi) +
 				                            " is already used by another peer");
-			// Visible to the workers through their creation, which comes later.
-			peer->out_sa_.store(&peer->out, std::memory_order_relaxed);
 		}
-		for (const IpPrefix& prefix : p.allowed_ips) {
-			for (const auto& other : peers_)
-				for (const IpPrefix& q : other->allowed_ips)
+		for (const IpPrefix& prefix : peer->allowed_ips) {
+			for (size_t j = 0; j < i; j++)
+				for (const IpPrefix& q : all[j]->allowed_ips)
 					if (q.overlaps(prefix))
 						throw std::invalid_argument(
-						    "peer " + p.name + ": allowed_ips " + to_string(prefix) +
-						    " overlaps peer " + other->name + "'s " + to_string(q));
-			if (!allowed_.insert(prefix, peer.get()))
-				throw std::invalid_argument("peer " + p.name + ": allowed_ips " +
+						    "peer " + peer->name + ": allowed_ips " +
+						    to_string(prefix) + " overlaps peer " + all[j]->name +
+						    "'s " + to_string(q));
+			if (!set.allowed.insert(prefix, peer))
+				throw std::invalid_argument("peer " + peer->name + ": allowed_ips " +
 				                            to_string(prefix) + " is listed twice");
 		}
-		peers_.push_back(std::move(peer));
 	}
+	return change;
+}
+
+/// unpublish_run_time_sas() - stop finding @peer's run-time SAs and retire
+/// them; room in retired_ is reserved by the caller. Under control_.
+void SaTable::unpublish_run_time_sas(Peer& peer) {
+	for (auto& sa : peer.run_in_) {
+		const size_t slot = sa->spi & (kSpiSlots - 1);
+		slots_[slot].store(nullptr, std::memory_order_seq_cst); // c1 (enter() in this file)
+		slot_state_[slot] = SlotState::free;
+		retire(&peer, nullptr, std::move(sa));
+	}
+	peer.run_in_.clear();
+	if (peer.run_out_) {
+		peer.out_sa_.store(nullptr, std::memory_order_seq_cst);
+		retire(&peer, std::move(peer.run_out_), nullptr);
+	}
+}
+
+void SaTable::commit_peers(PeerChange change) {
+	for (const Peer* p : change.removed_)
+		pool_.release(*p);
+	std::lock_guard lock(control_);
+	size_t more = 1 + change.removed_.size();
+	for (const Peer* p : change.removed_)
+		more += p->run_in_.size() + 1;
+	reserve_retired(more); // nothing below may throw once something is unpublished
+	peers_.reserve(peers_.size() + change.added_.size());
+	for (Peer* p : change.removed_)
+		unpublish_run_time_sas(*p);
+	// c1 for the old set and the removed peers (their static SAs are found
+	// only through the set).
+	set_.store(change.set_.get(), std::memory_order_seq_cst);
+	std::unique_ptr<PeerSet> old_set = std::exchange(set_owned_, std::move(change.set_));
+	retire(Retired{0, nullptr, nullptr, nullptr, nullptr, std::move(old_set)});
+	for (Peer* p : change.removed_) {
+		auto it =
+		    std::find_if(peers_.begin(), peers_.end(), [&](const auto& q) { return q.get() == p; });
+		std::unique_ptr<Peer> owned = std::move(*it);
+		peers_.erase(it);
+		retire(Retired{0, nullptr, nullptr, nullptr, std::move(owned), nullptr});
+	}
+	for (auto& p : change.added_)
+		peers_.push_back(std::move(p));
+	collect_locked();
 }
 
 SaTable::~SaTable() = default;
@@ -194,7 +299,7 @@ std::optional<uint32_t> SaTable::try_allocate_spi() {
 		for (int attempt = 0; attempt < 16; attempt++) {
 			const uint32_t spi =
 			    (uint32_t(random_()) & ~uint32_t(kSpiSlots - 1)) | uint32_t(slot);
-			if (spi < kMinSpi || by_spi_.count(spi)) continue;
+			if (spi < kMinSpi || set_owned_->by_spi.count(spi)) continue;
 			slot_state_[slot] = SlotState::reserved;
 			slot_spi_[slot] = spi;
 			return spi;
@@ -305,17 +410,21 @@ bool SaTable::remove_outbound(Peer& peer) {
 /// reserve_retired() - room for one more retired SA, taken before an SA is
 /// unpublished: from then on it must be queued, as freeing it could pull it
 /// from under a worker.
-void SaTable::reserve_retired() {
-	if (retired_.size() == retired_.capacity()) retired_.reserve(2 * retired_.size() + 4);
+void SaTable::reserve_retired(size_t more) {
+	if (retired_.capacity() - retired_.size() < more) retired_.reserve(2 * retired_.size() + more + 4);
 }
 
 /// retire() - queue an SA that was just unpublished for collect(); the
 /// caller reserved room in retired_, so this cannot throw.
 void SaTable::retire(Peer* peer, std::unique_ptr<OutboundSa> out, std::unique_ptr<InboundSa> in) {
+	retire(Retired{0, peer, std::move(out), std::move(in), nullptr, nullptr});
+}
+
+void SaTable::retire(Retired r) {
 	// c2: after the unpublishing store in S; a worker that reads the new
 	// value cannot find the SA any more (enter() in this file).
-	const uint64_t e = epoch_.fetch_add(1, std::memory_order_seq_cst);
-	retired_.push_back(Retired{e, peer, std::move(out), std::move(in)});
+	r.epoch = epoch_.fetch_add(1, std::memory_order_seq_cst);
+	retired_.push_back(std::move(r));
 }
 
 size_t SaTable::collect() {
@@ -339,11 +448,14 @@ size_t SaTable::collect_locked() {
 			kept++;
 			continue;
 		}
-		// No worker adds to its counters any more: fold them into the peer's.
+		// No worker adds to its counters any more: fold them into the peer's
+		// (a removed peer is retired after its SAs, so it is still there).
 		if (r.out) add_out(r.peer->freed_, *r.out);
 		if (r.in) add_in(r.peer->freed_, *r.in);
 		r.out.reset();
 		r.in.reset();
+		r.removed_peer.reset();
+		r.old_set.reset();
 		freed++;
 	}
 	retired_.resize(kept);

@@ -1,8 +1,10 @@
 // Security associations, peers and the table that finds them: by inner
-// destination on the way out, by SPI on the way in. The peers are fixed at
-// start-up; their SAs are either static (keys from the config, built with the
-// table) or installed and removed at run time by the control plane (IKEv2,
-// RFC 7296) while the data-path workers keep forwarding.
+// destination on the way out, by SPI on the way in. The peers come from the
+// config, and a reload adds and removes some while the others keep running
+// (prepare_peers()/commit_peers()); their SAs are either static (keys from
+// the config, built with the peer) or installed and removed at run time by
+// the control plane (IKEv2, RFC 7296) while the data-path workers keep
+// forwarding.
 //
 // Theory of operation (run-time SAs)
 //
@@ -15,6 +17,11 @@
 // lets the reclamation proof below do without fences. The control plane
 // builds an SA completely, then publishes it with a seq_cst (so also release)
 // store; a worker that loads the pointer sees it whole.
+//
+// The peers' lookup structures (allowed_ips prefixes, static SPIs) form one
+// immutable PeerSet behind an atomic pointer: a reload builds a new set,
+// publishes it with one store and retires the old one, and a removed peer
+// with it, the same way as an SA.
 //
 // Replacing or removing an SA unpublishes it, but a worker may still hold the
 // old pointer for the packet in hand, so the object is retired, not freed:
@@ -48,6 +55,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -274,6 +282,37 @@ struct PeerSaInfo {
 	size_t retiring = 0;       ///< its replaced or removed SAs not yet freed
 };
 
+/// PeerSet - what the data path finds peers by: built whole, published with
+/// one atomic store, never changed after (a reload publishes a new one).
+struct PeerSet {
+	AllowedIps allowed;
+	std::unordered_map<uint32_t, InboundSa*> by_spi; ///< static SPIs
+};
+
+class SaTable;
+
+/**
+ * PeerChange - a reload's peers, built and checked by SaTable::
+ * prepare_peers() but not yet visible to the data path; commit_peers()
+ * publishes it. Dropped uncommitted, it changes nothing.
+ */
+class PeerChange {
+public:
+	PeerChange();
+	PeerChange(PeerChange&&) noexcept;
+	PeerChange& operator=(PeerChange&&) noexcept;
+	~PeerChange();
+	/// The new peers, in the order given (their static SAs are built and
+	/// may still be set up, e.g. their sequence numbers, before the commit).
+	std::vector<Peer*> added() const;
+
+private:
+	friend class SaTable;
+	std::vector<std::unique_ptr<Peer>> added_;
+	std::vector<Peer*> removed_;
+	std::unique_ptr<PeerSet> set_;
+};
+
 class SaTable {
 public:
 	/// Slots for run-time inbound SAs, indexed by the SPI's low bits.
@@ -298,7 +337,7 @@ public:
 	Peer* route(const IpAddress& dst) const noexcept {
 		if (!pool_.empty())
 			if (Peer* p = pool_.lookup(dst)) return p;
-		return allowed_.lookup(dst);
+		return set_.load(std::memory_order_seq_cst)->allowed.lookup(dst);
 	}
 
 	/**
@@ -311,9 +350,10 @@ public:
 	InboundSa* find_inbound(uint32_t spi) const noexcept {
 		InboundSa* sa = slots_[spi & (kSpiSlots - 1)].load(std::memory_order_seq_cst);
 		if (sa && sa->spi == spi) return sa;
-		if (by_spi_.empty()) return nullptr;
-		auto it = by_spi_.find(spi);
-		return it == by_spi_.end() ? nullptr : it->second;
+		const PeerSet* set = set_.load(std::memory_order_seq_cst);
+		if (set->by_spi.empty()) return nullptr;
+		auto it = set->by_spi.find(spi);
+		return it == set->by_spi.end() ? nullptr : it->second;
 	}
 
 	/**
@@ -327,7 +367,11 @@ public:
 		active_[worker].epoch.store(0, std::memory_order_release);
 	}
 
+	/// The peers, in config order (new ones at the end). Control plane only:
+	/// a reload changes the list.
 	const std::vector<std::unique_ptr<Peer>>& peers() const noexcept { return peers_; }
+	/// The peer named @name, or nullptr (control plane).
+	Peer* find_peer(std::string_view name) const noexcept;
 	size_t workers() const noexcept { return workers_; }
 
 	/// set_address_pool() - the addresses IKE clients lease (before the
@@ -397,6 +441,30 @@ public:
 	 */
 	size_t collect();
 
+	/**
+	 * prepare_peers() - build and check a reload's change of peers
+	 * @remove: names of peers to take away (each must exist)
+	 * @add:    peers to add (a changed peer is removed and added again)
+	 *
+	 * Builds the new peers with their static SAs and the lookup set the data
+	 * path will use, without publishing anything. Throws std::invalid_argument
+	 * as the constructor does (keys, SPIs in use, overlapping allowed_ips,
+	 * names), naming the peer; nothing changes then.
+	 */
+	PeerChange prepare_peers(std::span<const std::string> remove,
+	                         const std::vector<PeerParams>& add) const;
+
+	/**
+	 * commit_peers() - make @change what the data path sees
+	 *
+	 * The removed peers' run-time SAs are unpublished, their leases ended,
+	 * the new set published with one store; the old set and the removed
+	 * peers are retired and freed by collect() like SAs. Packets of the
+	 * peers that stay never find a gap. Call only with the result of
+	 * prepare_peers() on this table, with no other change in between.
+	 */
+	void commit_peers(PeerChange change);
+
 	/// Retired SAs waiting for collect() (for tests and status).
 	size_t retired() const;
 
@@ -405,12 +473,15 @@ public:
 
 private:
 	enum class SlotState : uint8_t { free, reserved, installed };
-	/// A retired SA (one of the two) and the epoch when it was unpublished.
+	/// A retired SA (one of the two), peer or peer set, and the epoch when
+	/// it was unpublished.
 	struct Retired {
 		uint64_t epoch;
 		Peer* peer;
 		std::unique_ptr<OutboundSa> out;
 		std::unique_ptr<InboundSa> in;
+		std::unique_ptr<Peer> removed_peer;
+		std::unique_ptr<PeerSet> old_set;
 	};
 	/// One worker's announcement, alone on its cache line: each worker
 	/// writes its own twice per batch, and must not slow the others down.
@@ -421,14 +492,17 @@ private:
 	void check_dynamic_peer(const Peer& peer, const char* what) const;
 	std::vector<std::unique_ptr<crypto::EspTransform>> make_transforms(const Peer& peer,
 	                                                                   const ChildSaKeys& keys) const;
-	void reserve_retired();
+	std::unique_ptr<Peer> build_peer(const PeerParams& p) const;
+	void reserve_retired(size_t more = 1);
 	void retire(Peer* peer, std::unique_ptr<OutboundSa> out, std::unique_ptr<InboundSa> in);
+	void retire(Retired r);
+	void unpublish_run_time_sas(Peer& peer);
 	size_t collect_locked();
 
 	size_t workers_;
-	std::vector<std::unique_ptr<Peer>> peers_;
-	std::unordered_map<uint32_t, InboundSa*> by_spi_; ///< static SPIs: immutable after construction
-	AllowedIps allowed_;
+	std::vector<std::unique_ptr<Peer>> peers_; ///< control plane only
+	std::unique_ptr<PeerSet> set_owned_;       ///< what set_ points to
+	std::atomic<const PeerSet*> set_{nullptr}; ///< read by the data path
 	AddressPool pool_;
 
 	/// Run-time inbound SAs, published by the control plane, read by workers.
