@@ -2,7 +2,8 @@
 // file: receiving, sending and status; IKE_SA_INIT (with cookies and the
 // half-open bounds) is in engine_init.cpp, IKE_AUTH (with the configuration
 // payload and address leases) in engine_auth.cpp, rekeys and deletes in
-// engine_rekey.cpp, timers and teardown in engine_timers.cpp.
+// engine_rekey.cpp, timers and teardown in engine_timers.cpp, peers added
+// and removed at run time in engine_peers.cpp.
 #include "ike/engine_internal.hpp"
 
 namespace esptun::ike {
@@ -108,7 +109,7 @@ std::vector<TrafficSelector> narrow(std::span<const TrafficSelector> offered,
 }
 
 Engine::Engine(std::vector<PeerPolicy> peers, Host& host)
-    : peers_(std::move(peers)), host_(host), restart_at_(peers_.size()),
+    : peers_(std::move(peers)), active_(peers_.size(), true), host_(host), restart_at_(peers_.size()),
       restart_backoff_s_(peers_.size(), kRestartMinS), leased_(peers_.size()) {
 	// Two random secrets: the "previous" one is known to no one, so it
 	// verifies nothing until the first rotation puts a real one there.
@@ -116,11 +117,7 @@ Engine::Engine(std::vector<PeerPolicy> peers, Host& host)
 		cookie_secrets_[i].version = uint8_t(1 - i);
 		random_bytes(cookie_secrets_[i].key);
 	}
-	for (const PeerPolicy& p : peers_)
-		for (const IkeSuite& s : p.ike_proposals)
-			if (std::find(responder_suites_.begin(), responder_suites_.end(), s) ==
-			    responder_suites_.end())
-				responder_suites_.push_back(s);
+	responder_suites_ = active_suites();
 }
 
 Engine::~Engine() { OPENSSL_cleanse(cookie_secrets_.data(), sizeof cookie_secrets_); }
@@ -151,8 +148,9 @@ Engine::IkeSa* Engine::find(uint64_t our_spi) noexcept {
 }
 
 void Engine::start(Clock::time_point now) {
+	started_ = true;
 	for (size_t i = 0; i < peers_.size(); i++)
-		if (peers_[i].initiate && peers_[i].endpoint) initiate(i, now);
+		if (active_[i] && peers_[i].initiate && peers_[i].endpoint) initiate(i, now);
 }
 
 size_t Engine::peer_children(size_t peer) const {
@@ -415,6 +413,7 @@ void Engine::send_response(IkeSa& sa, const Header& req, std::span<const Payload
 std::vector<IkeSaStatus> Engine::status(Clock::time_point now) const {
 	std::vector<IkeSaStatus> out;
 	for (const auto& [spi, sa] : sas_) {
+		if (sa->peer && !active_[*sa->peer]) continue; // being removed: no longer configured
 		IkeSaStatus s;
 		s.peer = sa->peer ? peers_[*sa->peer].name : "";
 		switch (sa->state) {

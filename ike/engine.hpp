@@ -244,6 +244,39 @@ public:
 	/// Sends a Delete for every established IKE SA (best effort, no waiting).
 	void shutdown();
 
+	// Live reload: peers come and go while the others keep their SAs. A
+	// peer's index is never reused, so the host's per-index tables stay
+	// valid; a removed peer keeps its slot in peers(), inactive.
+	/**
+	 * add_peer() - a peer added at run time
+	 * @policy: its policy; its name and remote_id differ from every active peer's
+	 * @now:    the time
+	 *
+	 * Its IKE proposals are accepted in IKE_SA_INIT from now on; once start()
+	 * has run, an initiating peer with an endpoint is initiated at once.
+	 * Return: its index, peers().size() before the call.
+	 * Throws: std::invalid_argument for a name or remote_id an active peer
+	 * has (nothing changed then), std::bad_alloc.
+	 */
+	size_t add_peer(PeerPolicy policy, Clock::time_point now);
+	/**
+	 * remove_peer() - a peer removed at run time
+	 * @peer: its index
+	 * @now:  the time
+	 *
+	 * Each established IKE SA of it gets a best-effort Delete; all of its
+	 * SAs, CHILD_SAs, reserved SPIs and leased addresses go through Host.
+	 * Then it is never matched in IKE_AUTH, initiated or listed in status(),
+	 * and its PSK is wiped. Nothing else changes: other peers' SAs and
+	 * timers are untouched. A removed peer is removed again as a no-op.
+	 * Throws: std::out_of_range for an index never given, std::bad_alloc
+	 * (nothing changed then); nothing once it has begun changing state.
+	 */
+	void remove_peer(size_t peer, Clock::time_point now);
+	/// @peer was added and not removed (false for an index never given).
+	bool peer_active(size_t peer) const noexcept { return peer < active_.size() && active_[peer]; }
+
+	/// Every policy by index, removed ones included (see peer_active()).
 	const std::vector<PeerPolicy>& peers() const noexcept { return peers_; }
 	const IkeCounters& counters() const noexcept { return counters_; }
 	std::vector<IkeSaStatus> status(Clock::time_point now) const;
@@ -332,6 +365,8 @@ private:
 	void close(IkeSa& sa, const std::string& why, bool restart, Clock::time_point now,
 	           bool tell_peer = false);
 	void remove_children(IkeSa& sa);
+	void send_ike_delete(IkeSa& sa, Clock::time_point now);
+	std::vector<IkeSuite> active_suites() const;
 	void sweep();
 	ChildKeys child_keys(const IkeSa& sa, crypto::Cipher c, bool esn, uint32_t spi_in, uint32_t spi_out,
 	                     bool we_initiated, std::span<const uint8_t> ni, std::span<const uint8_t> nr,
@@ -356,12 +391,14 @@ private:
 	void note_init_error(IkeSa& sa, const NotifyPayload& n);
 
 	std::vector<PeerPolicy> peers_;
+	std::vector<bool> active_; ///< per peer: not removed
+	bool started_ = false;     ///< start() ran: add_peer() initiates at once
 	Host& host_;
 	std::map<uint64_t, std::unique_ptr<IkeSa>> sas_; ///< by our SPI
 	std::vector<Clock::time_point> restart_at_;      ///< per peer: when to initiate again
 	std::vector<uint32_t> restart_backoff_s_;
 	std::vector<std::vector<IpAddress>> leased_; ///< per peer: from Host::lease_address()
-	std::vector<IkeSuite> responder_suites_;     ///< union of all peers' IKE proposals
+	std::vector<IkeSuite> responder_suites_;     ///< union of the active peers' IKE proposals
 	IkeCounters counters_;
 	/// Cookie secrets (section 2.6): [0] current, [1] the one before; the
 	/// version byte leads each cookie. Wiped when replaced and in ~Engine.

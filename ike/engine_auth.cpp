@@ -50,7 +50,7 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 	const Identity who{idi->type, idi->data};
 	std::optional<size_t> match;
 	for (size_t i = 0; i < peers_.size(); i++)
-		if (peers_[i].remote_id == who) {
+		if (active_[i] && peers_[i].remote_id == who) {
 			match = i;
 			break;
 		}

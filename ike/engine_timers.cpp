@@ -39,7 +39,7 @@ void Engine::tick(Clock::time_point now) {
 		counters_.internal_errors++; // what is left is swept again on the next tick
 	}
 	for (size_t i = 0; i < peers_.size(); i++) {
-		if (restart_at_[i] == Clock::time_point{} || now < restart_at_[i]) continue;
+		if (!active_[i] || restart_at_[i] == Clock::time_point{} || now < restart_at_[i]) continue;
 		const bool active = std::any_of(sas_.begin(), sas_.end(), [&](const auto& kv) {
 			return kv.second->peer == i && kv.second->state != IkeSa::State::closed;
 		});
@@ -159,14 +159,7 @@ void Engine::remove_children(IkeSa& sa) {
 
 void Engine::close(IkeSa& sa, const std::string& why, bool restart, Clock::time_point now, bool tell_peer) {
 	if (sa.state == IkeSa::State::closed) return;
-	if (tell_peer && sa.state == IkeSa::State::established && sa.sk_out) {
-		// A Delete the peer may or may not get (section 1.4.1); nobody waits for it.
-		const Payload p[] = {DeletePayload{Protocol::ike, {}}};
-		if (sa.pending && sa.pending->kind == RequestKind::rekey_child)
-			host_.release_spi(sa.pending->new_spi_in);
-		send_request(sa, Exchange::informational, p, now);
-		sa.pending.reset();
-	}
+	if (tell_peer) send_ike_delete(sa, now);
 	remove_children(sa);
 	sa.state = IkeSa::State::closed;
 	if (!sa.peer) return;
@@ -182,7 +175,7 @@ void Engine::close(IkeSa& sa, const std::string& why, bool restart, Clock::time_
 		host_.release_addresses(peer);
 	}
 	const PeerPolicy& pol = peers_[peer];
-	if (restart && !sa.rekeyed && pol.initiate && pol.endpoint) {
+	if (restart && !sa.rekeyed && active_[peer] && pol.initiate && pol.endpoint) {
 		restart_at_[peer] = now + seconds(restart_backoff_s_[peer]);
 		restart_backoff_s_[peer] = std::min(kRestartMaxS, restart_backoff_s_[peer] * 2);
 	}
@@ -204,15 +197,35 @@ void Engine::sweep() {
 	}
 }
 
+/**
+ * send_ike_delete() - a best-effort INFORMATIONAL Delete of @sa's IKE SA
+ * @sa:  the IKE SA; only an established one is deleted on the wire
+ * @now: the time
+ *
+ * The peer may or may not get it (section 1.4.1), and nobody waits for an
+ * answer: the request that was out is dropped (a CHILD_SA rekey's reserved
+ * SPI released with it). A host that cannot send loses only the Delete.
+ */
+void Engine::send_ike_delete(IkeSa& sa, Clock::time_point now) {
+	if (sa.state != IkeSa::State::established || !sa.sk_out) return;
+	try {
+		if (sa.pending && sa.pending->kind == RequestKind::rekey_child && sa.pending->new_spi_in) {
+			host_.release_spi(sa.pending->new_spi_in);
+			sa.pending->new_spi_in = 0;
+		}
+		const Payload p[] = {DeletePayload{Protocol::ike, {}}};
+		send_request(sa, Exchange::informational, p, now);
+	} catch (...) {
+		counters_.internal_errors++;
+	}
+	sa.pending.reset();
+}
+
 void Engine::shutdown() {
 	const Clock::time_point now = Clock::now();
 	for (auto& [spi, sa] : sas_) {
 		if (sa->state != IkeSa::State::established) continue;
-		const Payload p[] = {DeletePayload{Protocol::ike, {}}};
-		if (sa->pending && sa->pending->kind == RequestKind::rekey_child)
-			host_.release_spi(sa->pending->new_spi_in);
-		send_request(*sa, Exchange::informational, p, now);
-		sa->pending.reset();
+		send_ike_delete(*sa, now);
 		remove_children(*sa);
 		sa->state = IkeSa::State::closed;
 	}
