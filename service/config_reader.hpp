@@ -33,9 +33,11 @@ public:
 	 * start() - fork the helper that loads @config_path as root for @role
 	 *
 	 * Call while the process is root and has one thread, before
-	 * drop_privileges(). The helper ends when the reader is destroyed, the
-	 * endpoint dies (PR_SET_PDEATHSIG) or its socket breaks. A process that
-	 * is not root has nothing to keep: it gets a direct() reader.
+	 * drop_privileges(), from the thread that lives as long as the process
+	 * (PR_SET_PDEATHSIG fires when the forking thread ends, not the
+	 * process). The helper ends when the reader is destroyed, the endpoint
+	 * dies or its socket breaks. A process that is not root has nothing to
+	 * keep: it gets a direct() reader.
 	 * Throws SystemError when socketpair() or fork() fails.
 	 */
 	static std::unique_ptr<ConfigReader> start(std::filesystem::path config_path, conf::Role role);
