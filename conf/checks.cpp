@@ -16,7 +16,6 @@ namespace {
 
 constexpr size_t kIfNameMax = 15;       // IFNAMSIZ - 1
 constexpr size_t kPeerNameMax = 64;     // keeps log lines and status output readable
-constexpr size_t kKeyFileMax = 4096;    // one hex key plus whitespace is far less
 constexpr int64_t kMinSpi = 256;        // RFC 4303 section 2.1: 1..255 reserved by IANA
 constexpr int64_t kMaxSpi = 0xffffffff; // the SPI field is 32 bits
 
@@ -218,25 +217,25 @@ std::string read_file_wiped(const std::filesystem::path& path, size_t max, Secre
 	return {};
 }
 
-std::string read_key_file(const std::filesystem::path& path, SecretString& text) {
+std::string read_key_file(const std::filesystem::path& path, SecretString& text, FileSource& files) {
 	text.clear();
 	const std::string name = path.string();
 	// stat() before opening: only regular files are opened, so a path to a
 	// FIFO or a device can neither block nor touch hardware.
-	struct stat st {};
-	if (::stat(name.c_str(), &st) != 0)
-		return "cannot read key file " + name + ": " + std::strerror(errno) + "; check the path";
-	if (!S_ISREG(st.st_mode)) return "key file " + name + " is not a regular file";
-	if (auto err = check_secret_mode("key file", name, st.st_mode); !err.empty()) return err;
-	if (st.st_size > static_cast<off_t>(kKeyFileMax))
+	FileFacts st;
+	if (auto err = files.stat(path, st); !err.empty())
+		return "cannot read key file " + name + ": " + err + "; check the path";
+	if (!S_ISREG(st.mode)) return "key file " + name + " is not a regular file";
+	if (auto err = check_secret_mode("key file", name, st.mode); !err.empty()) return err;
+	if (st.size > kKeyFileMax)
 		return "key file " + name + " is larger than " + std::to_string(kKeyFileMax) +
 		       " bytes; it should hold one 0x... hex key";
 
 	SecretString data;
-	if (auto err = read_file_wiped(path, kKeyFileMax, data, st); !err.empty())
+	if (auto err = files.read(path, kKeyFileMax, data, st); !err.empty())
 		return "cannot read key file " + name + ": " + err + "; check its owner and permissions";
 	// Checked again on the file actually opened (it may have been replaced).
-	if (auto err = check_secret_mode("key file", name, st.st_mode); !err.empty()) return err;
+	if (auto err = check_secret_mode("key file", name, st.mode); !err.empty()) return err;
 
 	auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
 	size_t b = 0, e = data.size();

@@ -5,6 +5,7 @@
 
 #include "base/inet.hpp"
 #include "base/secret.hpp"
+#include "conf/file_source.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -37,12 +38,18 @@ std::string check_interface_address(const IpPrefix& p);
  */
 std::string decode_hex_key(std::string_view text, SecretBytes& out);
 
+/// The largest key or PSK file: one hex key or passphrase plus whitespace is far less.
+inline constexpr size_t kKeyFileMax = 4096;
+
 /**
  * read_key_file() - the text of a key file, surrounding whitespace trimmed.
  * Only regular files are opened, and only when group and others have no
  * access to them (check_secret_mode()). Every copy of the text is wiped.
+ * @files: where the file is read (the file system unless replaying a
+ *         helper's reads: file_source.hpp)
  */
-std::string read_key_file(const std::filesystem::path& path, SecretString& text);
+std::string read_key_file(const std::filesystem::path& path, SecretString& text,
+                          FileSource& files = real_files());
 
 /**
  * read_file_wiped() - the whole of the regular file @path, at most @max

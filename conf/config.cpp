@@ -9,7 +9,6 @@
 #include "tunnel/address_pool.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -25,7 +24,7 @@ namespace fs = std::filesystem;
 ConfigError::ConfigError(const std::string& source, int line, const std::string& message)
     : std::runtime_error(line > 0 ? source + ":" + std::to_string(line) + ": " + message
                                   : source + ": " + message),
-      line_(line) {}
+      source_(source), message_(message), line_(line) {}
 
 std::string_view tun_io_name(TunIo io) noexcept {
 	switch (io) {
@@ -226,7 +225,7 @@ SecretString Loader::secret_text(std::optional<Found<SecretString>>& inline_valu
 		fail(line, file_desc + " must name a file");
 	path = fs::path(file->value).is_absolute() ? fs::path(file->value) : base_dir_ / file->value;
 	SecretString text;
-	if (auto err = read_key_file(path, text); !err.empty()) fail(line, err);
+	if (auto err = read_key_file(path, text, files_); !err.empty()) fail(line, err);
 	return text;
 }
 
@@ -691,27 +690,28 @@ std::string default_control_socket(std::string_view interface) {
 	return std::string(kControlSocketDir) + "/" + std::string(interface) + ".sock";
 }
 
-Config load_config(const fs::path& path, Role role) {
+Config load_config(const fs::path& path, Role role) { return load_config(path, role, real_files()); }
+
+Config load_config(const fs::path& path, Role role, FileSource& files) {
 	const std::string source = path.string();
-	constexpr size_t kMaxConfigSize = 16u << 20;
 	// Only regular files: a path to a FIFO or device must not block or touch it.
-	struct stat st {};
-	if (::stat(source.c_str(), &st) != 0)
-		throw ConfigError(source, 0, std::string("cannot read config: ") + std::strerror(errno));
-	if (!S_ISREG(st.st_mode)) throw ConfigError(source, 0, "config is not a regular file");
-	if (static_cast<std::uintmax_t>(st.st_size) > kMaxConfigSize)
+	FileFacts st;
+	if (auto err = files.stat(path, st); !err.empty())
+		throw ConfigError(source, 0, "cannot read config: " + err);
+	if (!S_ISREG(st.mode)) throw ConfigError(source, 0, "config is not a regular file");
+	if (st.size > kMaxConfigSize)
 		throw ConfigError(source, 0, "config is larger than 16 MiB; is this the right file?");
 	SecretString text; // may hold inline keys: wiped when freed
-	if (auto err = read_file_wiped(path, kMaxConfigSize, text, st); !err.empty())
+	if (auto err = files.read(path, kMaxConfigSize, text, st); !err.empty())
 		throw ConfigError(source, 0,
 		                  "cannot read config: " + err + "; check the path and its permissions");
 	fs::path base = path.parent_path();
-	Loader loader(source, role, base.empty() ? fs::path(".") : base);
+	Loader loader(source, role, base.empty() ? fs::path(".") : base, files);
 	Config config = loader.load(text.view());
 	// Issue 16: a config holding keys or PSKs itself is a key file, and
 	// gets the key files' rule (checked on the file actually read).
 	if (const int line = loader.inline_secret_line(); line > 0)
-		if (auto err = check_secret_mode("config", source, st.st_mode); !err.empty())
+		if (auto err = check_secret_mode("config", source, st.mode); !err.empty())
 			throw ConfigError(
 			    source, line,
 			    err + " (it holds a key or psk inline; or move them to key_file/psk_file)");

@@ -35,6 +35,8 @@ inline constexpr uint32_t kMaxPollUs = 1000;
 inline constexpr uint16_t kDefaultIkePort = 500; // RFC 7296 section 2
 inline constexpr uint32_t kDefaultDpdInterval = 30;
 inline constexpr size_t kMinPskLen = 16;
+/// The largest config file load_config() reads.
+inline constexpr size_t kMaxConfigSize = 16u << 20;
 
 enum class TunIo : uint8_t { automatic, vhost, direct };
 enum class Role : uint8_t { gateway, client };
@@ -163,8 +165,14 @@ class ConfigError : public std::runtime_error {
 public:
 	ConfigError(const std::string& source, int line, const std::string& message);
 	int line() const noexcept { return line_; }
+	/// The parts what() is made of, so the error can be rebuilt elsewhere
+	/// (service/config_reader.cpp carries it across a process boundary).
+	const std::string& source() const noexcept { return source_; }
+	const std::string& message() const noexcept { return message_; }
 
 private:
+	std::string source_;
+	std::string message_;
 	int line_;
 };
 
@@ -180,6 +188,14 @@ std::string default_control_socket(std::string_view interface);
  * device, socket or route.
  */
 Config load_config(const std::filesystem::path& path, Role role);
+
+class FileSource;
+/**
+ * load_config() - the same with every file (the config and its key files)
+ * read through @files (file_source.hpp): how service/config_reader.cpp
+ * records a load as root and replays it unprivileged.
+ */
+Config load_config(const std::filesystem::path& path, Role role, FileSource& files);
 
 /**
  * parse_config() - the same from text already in memory (tests, fuzzing).

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "conf/config.hpp"
+#include "conf/file_source.hpp"
 
 #include <toml++/toml.h>
 
@@ -65,8 +66,10 @@ struct Claim {
 
 class Loader {
 public:
-	Loader(const std::string& source, Role role, const fs::path& base_dir)
-	    : source_(source), role_(role), base_dir_(base_dir) {}
+	/// @files: where key files are read (file_source.hpp)
+	Loader(const std::string& source, Role role, const fs::path& base_dir,
+	       FileSource& files = real_files())
+	    : source_(source), role_(role), base_dir_(base_dir), files_(files) {}
 
 	Config load(std::string_view text);
 	/// The line of the first key or PSK written in the config itself (not
@@ -125,6 +128,7 @@ private:
 	const std::string& source_;
 	Role role_;
 	fs::path base_dir_;
+	FileSource& files_;
 	Config config_;
 	bool has_ipv6_address_ = false;
 	int tunnel_line_ = 0;
