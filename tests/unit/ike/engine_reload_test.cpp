@@ -250,3 +250,20 @@ TEST_CASE("a removed peer stays removed, and its name can be added again under a
 	CHECK(g.hg.leases.count(3) == 1); // the pool address is leased under the new index
 	CHECK(g.hg.leases.count(0) == 0);
 }
+
+TEST_CASE("a host that cannot send the Delete does not stop a peer's removal") {
+	Gateway g;
+	const std::vector<PeerPolicy> peers = gateway_peers();
+	Gateway::Client& a = g.start_client(client_of(peers[0]), "10.0.0.11:4500");
+	g.start_client(client_of(peers[1]), "10.0.0.12:4500");
+	REQUIRE(g.sa_of("alice"));
+	REQUIRE(g.hg.installed.size() == 2);
+	g.hg.fail_send_to = a.h.self;
+	CHECK_NOTHROW(g.gw->remove_peer(0, g.now));
+	CHECK(g.gw->counters().internal_errors == 1);
+	CHECK_FALSE(g.gw->peer_active(0));
+	CHECK_FALSE(g.sa_of("alice"));
+	CHECK(g.hg.installed.size() == 1); // alice's CHILD_SA went all the same
+	CHECK(g.sa_of("bob"));
+	CHECK(g.hg.out.empty());
+}
