@@ -3,6 +3,8 @@
 
 #include "platform/netlink.hpp"
 
+#include <algorithm>
+
 namespace esptun::platform {
 
 NetConfigGuard::NetConfigGuard(NetConfigGuard&& other) noexcept : entries_(std::move(other.entries_)) {
@@ -33,6 +35,15 @@ void NetConfigGuard::add_route(const IpPrefix& dst, int ifindex, std::optional<I
 	entries_.reserve(entries_.size() + 1);
 	platform::add_route(dst, ifindex, gateway, table);
 	entries_.push_back({true, dst, ifindex, gateway, table});
+}
+
+void NetConfigGuard::remove_route(const IpPrefix& dst, int ifindex) {
+	auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
+		return e.is_route && e.prefix == dst && e.ifindex == ifindex && !e.gateway && !e.table;
+	});
+	if (it == entries_.end()) return;
+	platform::del_route(dst, ifindex);
+	entries_.erase(it);
 }
 
 void NetConfigGuard::restore() noexcept {

@@ -43,6 +43,13 @@ public:
 	               std::optional<uint32_t> table = {});
 
 	/**
+	 * remove_route() - delete a route add_route() added through @ifindex
+	 * (main table, no gateway) and forget it; one it does not hold is left
+	 * alone. Throws SystemError when the kernel refuses (it stays held).
+	 */
+	void remove_route(const IpPrefix& dst, int ifindex);
+
+	/**
 	 * restore() - remove everything added, newest first, and forget it
 	 *
 	 * Never throws. Errors are ignored: the usual one is ENODEV/ESRCH

@@ -1,14 +1,19 @@
 // Control socket: see control.hpp.
 #include "service/control.hpp"
 
+#include "service/json.hpp"
+
 #include <asio/connect.hpp>
 #include <asio/read.hpp>
+#include <asio/read_until.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -73,18 +78,66 @@ ControlServer::~ControlServer() {
 void ControlServer::accept() {
 	acceptor_.async_accept([this](asio::error_code ec, stream_protocol::socket sock) {
 		if (ec == asio::error::operation_aborted) return;
-		if (!ec) {
-			auto conn = std::make_shared<stream_protocol::socket>(std::move(sock));
-			auto text = std::make_shared<std::string>(render_());
-			asio::async_write(
-			    *conn, asio::buffer(*text),
-			    [conn, text](asio::error_code, size_t) { /* closes when conn goes */ });
-		}
+		if (!ec) serve(std::make_shared<stream_protocol::socket>(std::move(sock)));
 		accept();
 	});
 }
 
-std::string query_control(const std::string& path) {
+/// serve() - read one request line (bounded in size and time), answer it.
+void ControlServer::serve(std::shared_ptr<stream_protocol::socket> conn) {
+	struct Exchange {
+		std::string request;
+		std::string answer;
+		asio::steady_timer deadline;
+		explicit Exchange(asio::any_io_executor ex) : deadline(std::move(ex)) {}
+	};
+	auto x = std::make_shared<Exchange>(conn->get_executor());
+	x->deadline.expires_after(std::chrono::milliseconds(kRequestTimeoutMs));
+	x->deadline.async_wait([conn](asio::error_code ec) {
+		if (!ec) conn->close(ec); // too slow: the read below ends with an error
+	});
+	asio::async_read_until(
+	    *conn, asio::dynamic_buffer(x->request, kMaxRequest), '\n',
+	    [this, conn, x](asio::error_code ec, size_t) {
+		    x->deadline.cancel();
+		    // A line, or a client that half-closed after sending (or without
+		    // sending) one; anything else (too long, too slow) just closes.
+		    if (ec && ec != asio::error::eof) return;
+		    std::string request = x->request.substr(0, x->request.find('\n'));
+		    if (request.empty()) request = "status";
+		    struct ucred cred {};
+		    socklen_t len = sizeof cred;
+		    const int uid =
+		        ::getsockopt(conn->native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0
+		            ? int(cred.uid)
+		            : -1;
+		    x->answer = answer(request, uid);
+		    asio::async_write(*conn, asio::buffer(x->answer),
+		                      [conn, x](asio::error_code, size_t) { /* closes when conn goes */ });
+	    });
+}
+
+std::string ControlServer::answer(const std::string& request, int peer_uid) {
+	auto refusal = [](const std::string& why) {
+		JsonWriter j;
+		j.begin_object();
+		j.key("ok").value(false);
+		j.key("error").value(why);
+		j.end_object();
+		return j.str() + "\n";
+	};
+	if (request == "status") return render_();
+	if (request == "reload") {
+		// The socket is root's and private already; a reload also needs root
+		// (or this process's own user) at the other end.
+		if (peer_uid != 0 && peer_uid != int(::geteuid())) return refusal("reload needs root");
+		if (!reload_) return refusal("this endpoint does not reload its config; restart it");
+		return reload_();
+	}
+	return refusal("unknown request (want status or reload)");
+}
+
+std::string query_control(const std::string& path, const std::string& request) {
 	asio::io_context io;
 	stream_protocol::socket s(io);
 	asio::error_code ec;
@@ -92,6 +145,9 @@ std::string query_control(const std::string& path) {
 	if (ec)
 		throw std::runtime_error("cannot reach the control socket " + path + ": " + ec.message() +
 		                         " (is the endpoint running with this config?)");
+	const std::string line = request + "\n";
+	asio::write(s, asio::buffer(line), ec);
+	if (ec) throw std::runtime_error("writing to " + path + ": " + ec.message());
 	std::string out;
 	asio::read(s, asio::dynamic_buffer(out), ec);
 	if (ec && ec != asio::error::eof) throw std::runtime_error("reading " + path + ": " + ec.message());

@@ -24,8 +24,10 @@ ControlLoop::ControlLoop()
 void ControlLoop::wait_hangup() {
 	hangup.async_wait([this](asio::error_code ec, int) {
 		if (ec) return;
-		log::warn("received SIGHUP: live reload is not implemented yet, so the config was not "
-		          "re-read; restart the service to apply a changed config");
+		if (on_hangup)
+			on_hangup();
+		else
+			log::warn("received SIGHUP before start-up finished: ignored");
 		wait_hangup();
 	});
 }

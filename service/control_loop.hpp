@@ -11,6 +11,7 @@
 #include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
 #include <csignal>
+#include <functional>
 
 namespace esptun::service {
 
@@ -21,8 +22,7 @@ namespace esptun::service {
  * during set-up is acted on as soon as the loop runs, after everything is
  * in place to be undone in order. It stops the loop and signals @stop.
  * SIGHUP, which would otherwise end the process without any clean-up, is
- * caught too and only logged: there is no live reload yet (issue 17), so
- * an operator who expects one learns that the config was not re-read.
+ * caught too and calls on_hangup (a reload, set once the service is up).
  */
 struct ControlLoop {
 	ControlLoop();
@@ -33,6 +33,7 @@ struct ControlLoop {
 	platform::UniqueFd stop;
 	asio::signal_set signals;
 	asio::signal_set hangup;
+	std::function<void()> on_hangup; ///< what SIGHUP does (run on the loop)
 
 private:
 	/// wait_hangup() - log each SIGHUP and keep running

@@ -114,7 +114,8 @@ IkeService::IkeService(asio::io_context& io, const conf::Config& config, tunnel:
 	if (!config.tunnel.listen.addr.is_unspecified()) listen_addr_ = config.tunnel.listen.addr;
 	char host[256] = {};
 	if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::strcpy(host, "esptun");
-	std::vector<ike::PeerPolicy> policies = ike_policies(config, host);
+	hostname_ = host;
+	std::vector<ike::PeerPolicy> policies = ike_policies(config, hostname_);
 	for (const conf::PeerConfig& p : config.peers) {
 		if (!p.ike) continue;
 		tunnel::Peer* found = nullptr;
@@ -158,6 +159,46 @@ void IkeService::shutdown() {
 	timer_.cancel();
 	inbox_wait_.cancel();
 	if (ike_wait_.is_open()) ike_wait_.cancel(); // not open with ike_port = 0
+}
+
+void IkeService::remove_peers(std::span<const std::string> names) {
+	const ike::Clock::time_point now = ike::Clock::now();
+	const std::vector<ike::PeerPolicy>& policies = engine_->peers();
+	for (size_t i = 0; i < policies.size(); i++) {
+		if (!table_peers_[i] || !engine_->peer_active(i)) continue;
+		if (std::find(names.begin(), names.end(), policies[i].name) == names.end()) continue;
+		engine_->remove_peer(i, now);
+		table_peers_[i] = nullptr;
+	}
+	publish_spis();
+}
+
+void IkeService::add_peers(const conf::Config& config, std::span<const std::string> names) {
+	const ike::Clock::time_point now = ike::Clock::now();
+	std::vector<ike::PeerPolicy> policies = ike_policies(config, hostname_);
+	for (ike::PeerPolicy& pol : policies) {
+		if (std::find(names.begin(), names.end(), pol.name) == names.end()) continue;
+		tunnel::Peer* peer = table_.find_peer(pol.name);
+		if (!peer) throw std::logic_error("IKE peer " + pol.name + " is not in the SA table");
+		const auto conf_peer =
+		    std::find_if(config.peers.begin(), config.peers.end(),
+		                 [&](const conf::PeerConfig& p) { return p.name == pol.name; });
+		// Its index is the next one: the host's tables are ready before
+		// the engine may call back (it initiates at once).
+		table_peers_.push_back(peer);
+		replay_windows_.push_back(conf_peer->replay_window);
+		size_t index = 0;
+		try {
+			index = engine_->add_peer(std::move(pol), now);
+		} catch (...) {
+			table_peers_.pop_back();
+			replay_windows_.pop_back();
+			throw;
+		}
+		if (index != table_peers_.size() - 1)
+			throw std::logic_error("IKE engine gave peer " + peer->name + " an unexpected index");
+	}
+	publish_spis();
 }
 
 void IkeService::wait_inbox() {

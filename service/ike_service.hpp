@@ -20,6 +20,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 namespace esptun::service {
@@ -45,6 +47,19 @@ public:
 	void start();
 	/// Deletes every IKE SA (a best-effort INFORMATIONAL to each peer).
 	void shutdown();
+	/**
+	 * remove_peers() - a reload takes these IKE peers away (or replaces
+	 * them): each IKE SA gets a Delete (best effort) and its CHILD_SAs
+	 * leave the SA table. Call before SaTable::commit_peers() removes them
+	 * there. Names that are no IKE peer here are ignored.
+	 */
+	void remove_peers(std::span<const std::string> names);
+	/**
+	 * add_peers() - a reload's new IKE peers (those of @config named in
+	 * @names that have a psk), after SaTable::commit_peers() added them to
+	 * the table; initiators start connecting at once.
+	 */
+	void add_peers(const conf::Config& config, std::span<const std::string> names);
 	/// The "ike" member of the status JSON.
 	void write_status(JsonWriter& j) const;
 	/// route_all: the /1 routes, which follow the families of the virtual
@@ -77,6 +92,7 @@ private:
 	void publish_spis();
 
 	tunnel::SaTable& table_;
+	std::string hostname_; ///< our identity where a peer names none
 	int natt_fd_;
 	int natt_family_ = 0;
 	uint16_t natt_port_ = 0;
@@ -88,7 +104,7 @@ private:
 	uint16_t ike_port_ = 0;
 	asio::posix::stream_descriptor inbox_wait_, ike_wait_;
 	asio::steady_timer timer_;
-	std::vector<tunnel::Peer*> table_peers_; ///< by policy index
+	std::vector<tunnel::Peer*> table_peers_; ///< by policy index (null: removed by a reload)
 	std::vector<uint32_t> replay_windows_;   ///< by policy index
 	/// Outbound halves of rekeyed CHILD_SAs, installed when the old one is deleted.
 	std::map<uint32_t, tunnel::ChildSaKeys> pending_out_;

@@ -240,6 +240,68 @@ SeqState::SeqState(std::string path, tunnel::SaTable& table, KeyFingerprints key
 	publish_limits();
 }
 
+void SeqState::adopt(std::span<tunnel::Peer* const> peers, const KeyFingerprints& keys,
+                     std::span<const std::string> replacing) {
+	std::map<std::string, uint64_t> stored;
+	{
+		DirLock lock(dir_of(path_));
+		std::string text;
+		if (const int err = read_text(path_, text); err == 0) {
+			try {
+				stored = parse_seq_state(text);
+			} catch (const std::exception& e) {
+				throw damaged(path_, e.what());
+			}
+		} else if (err != ENOENT) {
+			throw std::runtime_error("sequence state " + path_ + ": " + std::strerror(err) +
+			                         kAccessAdvice);
+		}
+	}
+	auto replaced = [&](const std::string& name) {
+		return std::find(replacing.begin(), replacing.end(), name) != replacing.end();
+	};
+	std::map<std::string, std::string> owner; // fingerprint -> peer, to catch a shared key
+	for (const auto& [name, fp] : keys_)
+		if (!replaced(name)) owner.emplace(fp, name);
+	std::map<std::string, uint64_t> want, next_at;
+	for (tunnel::Peer* peer : peers) {
+		if (!peer->keyed_statically) continue;
+		const auto fp = keys.find(peer->name);
+		if (fp == keys.end())
+			throw std::runtime_error("sequence state " + path_ +
+			                         ": no key fingerprint for peer " + peer->name);
+		if (auto [it, fresh] = owner.emplace(fp->second, peer->name); !fresh)
+			throw std::runtime_error("peers " + it->second + " and " + peer->name +
+			                         " send with the same key; give each SA its own key");
+		const auto s = stored.find(fp->second);
+		const uint64_t last = s == stored.end() ? 0 : s->second;
+		next_at[peer->name] = last + 1;
+		want[fp->second] = ahead(last, kMargin, peer->out.esn);
+	}
+	if (want.empty()) return;
+	if (!write(want, Merge::raise)) throw std::runtime_error("sequence state " + path_ + ": " + error_);
+	// Written: from here on nothing throws, and the peers may be published.
+	for (tunnel::Peer* peer : peers) {
+		if (!peer->keyed_statically) continue;
+		const std::string& fp = keys.at(peer->name);
+		tunnel::OutboundSa& sa = peer->out;
+		const uint64_t first = next_at.at(peer->name);
+		sa.next_seq = first;
+		sa.last_seq.store(first - 1, std::memory_order_relaxed);
+		sa.seq_limit.store(want.at(fp), std::memory_order_release);
+		keys_[peer->name] = fp;
+		reserved_[fp] = want.at(fp);
+		resumed_[peer->name] = first;
+	}
+}
+
+void SeqState::forget(std::span<const std::string> names) {
+	for (const std::string& name : names) {
+		keys_.erase(name);
+		resumed_.erase(name);
+	}
+}
+
 void SeqState::publish_limits() {
 	for (const auto& peer : table_.peers())
 		if (peer->keyed_statically)

@@ -93,6 +93,21 @@ public:
 	SeqState(std::string path, tunnel::SaTable& table, KeyFingerprints keys,
 	         const std::string& legacy = "");
 
+	/**
+	 * adopt() - start tracking a reload's new peers (built, not yet
+	 * published) as the constructor does: resume each static SA above what
+	 * the file holds for its key, reserve and write, set its limit.
+	 * @keys:      the fingerprint of each new static peer's outbound key
+	 * @replacing: names of peers these replace (a changed peer), whose old
+	 *             key may reappear without counting as shared
+	 * Throws std::runtime_error as the constructor does; nothing is
+	 * tracked then.
+	 */
+	void adopt(std::span<tunnel::Peer* const> peers, const KeyFingerprints& keys,
+	           std::span<const std::string> replacing);
+	/// forget() - stop tracking peers a reload removed; what the file
+	/// reserved for their keys stays (a key that comes back resumes above it).
+	void forget(std::span<const std::string> names);
 	/// refresh() - extend reservations that are half used. Return: false when
 	/// the file could not be written (the old limits stay; see error()).
 	bool refresh();

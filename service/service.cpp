@@ -10,11 +10,14 @@
 #include "crypto/gcm_vaes.hpp"
 #include "datapath/ike_inbox.hpp"
 #include "platform/net_config_guard.hpp"
+#include "service/config_reader.hpp"
 #include "service/control.hpp"
 #include "service/control_loop.hpp"
 #include "service/ike_service.hpp"
+#include "service/json.hpp"
 #include "service/log.hpp"
 #include "service/privileges.hpp"
+#include "service/reload.hpp"
 #include "service/seq_state.hpp"
 #include "service/tun_port_choice.hpp"
 #include "service/tun_setup.hpp"
@@ -196,6 +199,48 @@ std::function<std::string()> status_source(const ServiceInfo& info, const Worker
 	};
 }
 
+/// open_config_reader() - how a reload reads the config: through a root
+/// helper when the gateway drops privileges, directly otherwise; none for a
+/// client, which does not reload.
+std::unique_ptr<ConfigReader> open_config_reader(const conf::Config& config) {
+	if (config.role != conf::Role::gateway) return nullptr;
+	if (!config.tunnel.drop_privileges) return ConfigReader::direct(config.source, config.role);
+	return ConfigReader::start(config.source, config.role);
+}
+
+/// reload_answer() - run a reload for @who ("SIGHUP", "control socket"),
+/// log its outcome and return it as the control socket's JSON answer.
+std::string reload_answer(Reloader& reloader, const std::string& who) {
+	JsonWriter j;
+	j.begin_object();
+	try {
+		const std::string what = reloader.reload();
+		log::info("reload (" + who + "): " + what);
+		j.key("ok").value(true);
+		j.key("message").value(what);
+	} catch (const std::exception& e) {
+		log::error("reload (" + who + ") refused: " + e.what());
+		j.key("ok").value(false);
+		j.key("error").value(e.what());
+	}
+	j.end_object();
+	return j.str() + "\n";
+}
+
+/// enable_reload() - a gateway reloads on "reload" and SIGHUP; a client
+/// says it does not.
+void enable_reload(const conf::Config& config, ControlLoop& loop, ControlServer& control,
+                   Reloader& reloader) {
+	if (config.role != conf::Role::gateway) {
+		loop.on_hangup = [] {
+			log::warn("received SIGHUP: a client does not reload its config; restart it");
+		};
+		return;
+	}
+	control.set_reload([&reloader] { return reload_answer(reloader, "control socket"); });
+	loop.on_hangup = [&reloader] { (void)reload_answer(reloader, "SIGHUP"); };
+}
+
 void log_up(const conf::Config& config, const ServiceInfo& info) {
 	log::info(info.interface + " up: mtu " + std::to_string(info.mtu) + " (" + info.mtu_source +
 	          "), listening on " + info.listen + ", " + std::to_string(info.workers) + " worker(s), " +
@@ -246,8 +291,15 @@ void run_service(const conf::Config& config, const std::string& program) {
 	datapath::IkeInbox ike_inbox;
 	std::unique_ptr<IkeService> ike = open_ike(loop.io, config, table, workers, ike_inbox, info);
 	if (ike) ike->set_full_tunnel(full_tunnel.get());
-	// 8. The control socket.
+	// 8. The control socket, and reloads through it and SIGHUP (gateway).
 	ControlServer control(loop.io, tc.control_socket, status_source(info, workers, table));
+	// A gateway reads its config again after the privilege drop through a
+	// helper that stays root (service/config_reader.hpp); forked here, while
+	// the process has one thread.
+	std::unique_ptr<ConfigReader> config_reader = open_config_reader(config);
+	Reloader reloader(config, {table, seq_state, ike.get(), routes, workers[0]->queue.ifindex},
+	                  [&config_reader] { return config_reader->load(); });
+	enable_reload(config, loop, control, reloader);
 	// 8b. Give up root: CAP_NET_ADMIN, no_new_privs, seccomp (before any thread starts).
 	drop_privileges(config);
 	// 9. The data-path threads, and the control loop's timers.

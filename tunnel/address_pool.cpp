@@ -33,23 +33,54 @@ AddressPool::AddressPool(const std::vector<IpPrefix>& prefixes, const std::vecto
 		r->prefix = p;
 		r->size = size_t(1) << host_bits;
 		r->slots = std::make_unique<std::atomic<Peer*>[]>(r->size);
-		r->blocked.assign(r->size, false);
-		if (p.addr.family == Family::v4 && host_bits >= 2) {
-			r->blocked.front() = true; // the network address
-			r->blocked.back() = true;  // broadcast
-		}
-		for (const IpPrefix& res : reserved) {
-			// A prefix covering the whole pool does not block it: a lease is a
-			// host route, more specific than that prefix.
-			if (!res.overlaps(p) || res.len <= p.len) continue;
-			const size_t first = index_of(*r, res.addr.masked(res.len));
-			const size_t count = size_t(1) << (p.addr.max_prefix() - res.len);
-			for (size_t i = first; i < first + count && i < r->size; i++)
-				r->blocked[i] = true;
-		}
+		r->blocked = blocked_in(*r, reserved);
 		r->usable = size_t(std::count(r->blocked.begin(), r->blocked.end(), false));
 		ranges_.push_back(std::move(r));
 	}
+}
+
+std::vector<bool> AddressPool::blocked_in(const Range& r, const std::vector<IpPrefix>& reserved) {
+	const IpPrefix& p = r.prefix;
+	std::vector<bool> blocked(r.size, false);
+	if (p.addr.family == Family::v4 && r.size >= 4) {
+		blocked.front() = true; // the network address
+		blocked.back() = true;  // broadcast
+	}
+	for (const IpPrefix& res : reserved) {
+		// A prefix covering the whole pool does not block it: a lease is a
+		// host route, more specific than that prefix.
+		if (!res.overlaps(p) || res.len <= p.len) continue;
+		const size_t first = index_of(r, res.addr.masked(res.len));
+		const size_t count = size_t(1) << (p.addr.max_prefix() - res.len);
+		for (size_t i = first; i < first + count && i < r.size; i++)
+			blocked[i] = true;
+	}
+	return blocked;
+}
+
+std::string AddressPool::set_reserved(const std::vector<IpPrefix>& reserved) {
+	std::lock_guard lock(control_);
+	std::vector<std::vector<bool>> blocked;
+	for (const auto& r : ranges_) {
+		blocked.push_back(blocked_in(*r, reserved));
+		for (size_t i = 0; i < r->size; i++)
+			if (blocked.back()[i] && !r->blocked[i] &&
+			    r->slots[i].load(std::memory_order_relaxed))
+				return "address " + to_string(address_at(*r, i)) +
+				       " is leased to a connected client";
+	}
+	for (size_t k = 0; k < ranges_.size(); k++) {
+		Range& r = *ranges_[k];
+		r.blocked = std::move(blocked[k]);
+		r.usable = size_t(std::count(r.blocked.begin(), r.blocked.end(), false));
+	}
+	return {};
+}
+
+void AddressPool::forget(const Peer& peer) {
+	release(peer);
+	std::lock_guard lock(control_);
+	previous_.erase(&peer);
 }
 
 AddressPool::AddressPool(AddressPool&& o) noexcept

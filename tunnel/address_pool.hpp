@@ -67,8 +67,18 @@ public:
 	std::optional<IpAddress> lease(Peer& peer, Family family);
 	/// release() - end every lease of @peer (packets to them then find no route).
 	void release(const Peer& peer);
+	/// forget() - release(), and drop @peer's previous addresses too: it is
+	/// going away for good (a reload removed it).
+	void forget(const Peer& peer);
 	/// The addresses @peer holds.
 	std::vector<IpAddress> leases(const Peer& peer) const;
+	/**
+	 * set_reserved() - replace the reserved prefixes (a reload changed the
+	 * peers' allowed_ips): what the constructor's @reserved does, now.
+	 * Return: "" or, changing nothing, why not (an address that would be
+	 * reserved is leased to someone).
+	 */
+	std::string set_reserved(const std::vector<IpPrefix>& reserved);
 
 	struct Usage {
 		IpPrefix prefix;
@@ -80,6 +90,7 @@ public:
 private:
 	struct Range;
 	static size_t index_of(const Range& r, const IpAddress& addr) noexcept;
+	static std::vector<bool> blocked_in(const Range& r, const std::vector<IpPrefix>& reserved);
 	static IpAddress address_at(const Range& r, size_t index) noexcept;
 	Range* range_of(const IpAddress& addr) const noexcept;
 

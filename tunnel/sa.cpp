@@ -221,7 +221,7 @@ void SaTable::unpublish_run_time_sas(Peer& peer) {
 
 void SaTable::commit_peers(PeerChange change) {
 	for (const Peer* p : change.removed_)
-		pool_.release(*p);
+		pool_.forget(*p);
 	std::lock_guard lock(control_);
 	size_t more = 1 + change.removed_.size();
 	for (const Peer* p : change.removed_)

@@ -54,6 +54,7 @@ void usage(FILE* out, const char* program, conf::Role role) {
 	    {"status [WHICH] [--format F]", "print the counters (F: json, prometheus)"},
 	    {"show [WHICH]", "print peers, SAs, transfer, drops for people"},
 	};
+	if (gw) lines.push_back({"reload [WHICH]", "re-read the running gateway's config, apply its peers"});
 	if (!gw) lines.push_back({"cleanup -c FILE", "remove the routes a killed client left"});
 	for (const KeygenCommand& k : keygen_commands())
 		lines.push_back({k.usage, k.what});
@@ -89,7 +90,8 @@ bool parse_args(int argc, char** argv, conf::Role role, Args& args) {
 			return false;
 		}
 	}
-	const bool query = args.verb == "status" || args.verb == "show";
+	const bool reload = role == conf::Role::gateway && args.verb == "reload";
+	const bool query = args.verb == "status" || args.verb == "show" || reload;
 	const bool cleanup = role == conf::Role::client && args.verb == "cleanup";
 	if (args.verb != run_verb && args.verb != "check" && !query && !cleanup) {
 		if (args.verb.empty())
@@ -98,8 +100,9 @@ bool parse_args(int argc, char** argv, conf::Role role, Args& args) {
 			std::fprintf(
 			    stderr,
 			    "%s: unknown command '%s' (this program's commands: %s, check, status, show, "
-			    "genkey, genpair, genpsk)\n",
-			    argv[0], args.verb.c_str(), run_verb);
+			    "%sgenkey, genpair, genpsk)\n",
+			    argv[0], args.verb.c_str(), run_verb,
+			    role == conf::Role::gateway ? "reload, " : "cleanup, ");
 		return false;
 	}
 	const int which = !args.config.empty() + !args.interface.empty() + !args.socket.empty();
@@ -197,6 +200,30 @@ int query(const Args& args, conf::Role role) {
 }
 
 /**
+ * reload() - `esptun-gateway reload`: ask the running gateway to re-read its
+ * config and print what it did or why it refused. Return: the exit status.
+ */
+int reload(const Args& args, conf::Role role, const char* program) {
+	const std::string socket = sockets_of(args, role, true).front();
+	const std::string text = service::query_control(socket, "reload");
+	service::JsonValue answer;
+	try {
+		answer = service::parse_json(text);
+	} catch (const std::exception&) {
+		throw std::runtime_error(socket + " answered something that is not a reload answer");
+	}
+	const service::JsonValue* ok = answer.get("ok");
+	if (ok && ok->kind == service::JsonValue::Kind::boolean && ok->boolean) {
+		std::printf("%s\n", answer.at({"message"}) ? answer.at({"message"})->as_string().c_str()
+		                                           : "reloaded");
+		return 0;
+	}
+	std::fprintf(stderr, "%s reload: %s\n", program,
+	             answer.get("error") ? answer.get("error")->as_string().c_str() : "refused");
+	return 1;
+}
+
+/**
  * cleanup() - `esptun-client cleanup -c FILE`: remove the routes a client
  * with this config left when it was killed (README.md, "Client: route_all
  * and kill_switch"); refused while its tun exists (the client runs).
@@ -256,6 +283,7 @@ int cli_main(conf::Role role, int argc, char** argv) {
 		// Before the config (and its keys) is read: no core dump may hold a
 		// key (issue 16; why not MADV_DONTDUMP: platform/process.hpp).
 		platform::disable_core_dumps();
+		if (args.verb == "reload") return reload(args, role, program);
 		if (args.verb == "status" || args.verb == "show") return query(args, role);
 		conf::Config config = conf::load_config(args.config, role);
 		if (args.verb == "check") return check(config);

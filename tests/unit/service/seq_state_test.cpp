@@ -278,3 +278,51 @@ TEST_CASE("peers keyed at run time are left out of the state file and keep no li
 	CHECK(st.refresh());
 	CHECK(service::parse_seq_state(read_file(st.path())).size() == 2);
 }
+
+TEST_CASE("a reload's new static peer resumes above its key's reservation before it is published") {
+	test::TempDir dir("esptun-seq");
+	const std::string path = dir.path + "/esptun.seq";
+	{ // an earlier run used site-c's key
+		const std::vector<tunnel::PeerParams> params{two_peers()[1]};
+		tunnel::SaTable table(params);
+		service::SeqState st = open(path, table, params);
+	}
+	const std::vector<tunnel::PeerParams> first{two_peers()[0]};
+	tunnel::SaTable table(first);
+	service::SeqState st = open(path, table, first);
+	const std::vector<tunnel::PeerParams> added{two_peers()[1]};
+	tunnel::PeerChange change = table.prepare_peers({}, added);
+	const std::vector<tunnel::Peer*> fresh = change.added();
+	st.adopt(fresh, service::key_fingerprints(added), {});
+	// Its 32-bit SA (esn = false) continues above the earlier run's reservation.
+	CHECK(fresh[0]->out.next_seq == service::SeqState::kMargin + 1);
+	CHECK(fresh[0]->out.seq_limit.load() == 2 * service::SeqState::kMargin);
+	CHECK(st.resumed_at("site-c") == service::SeqState::kMargin + 1);
+	table.commit_peers(std::move(change));
+	CHECK(st.refresh());
+	CHECK(st.save_exact());
+	CHECK(service::parse_seq_state(read_file(path)).at(fp_c()) == service::SeqState::kMargin);
+}
+
+TEST_CASE("a reload's peer sending with a running peer's key is refused; its replacement is not") {
+	test::TempDir dir("esptun-seq");
+	const std::vector<tunnel::PeerParams> first{two_peers()[0]};
+	tunnel::SaTable table(first);
+	service::SeqState st = open(dir.path + "/esptun.seq", table, first);
+	auto copy = gcm("site-x", 0x3001, 7); // site-b's key under another name
+	copy.allowed_ips = {*parse_prefix("10.99.0.9/32")};
+	const std::vector<tunnel::PeerParams> added{copy};
+	tunnel::PeerChange change = table.prepare_peers({}, added);
+	CHECK_THROWS_WITH(st.adopt(change.added(), service::key_fingerprints(added), {}),
+	                  doctest::Contains("same key"));
+	CHECK(change.added()[0]->out.seq_limit.load() == UINT64_MAX); // untouched: not to be published
+	// site-b changed (say, a new allowed_ips) but keeps its key: not shared with itself.
+	auto changed = gcm("site-b", 0x1001, 7);
+	changed.allowed_ips = {*parse_prefix("10.99.0.8/32")};
+	const std::vector<tunnel::PeerParams> again{changed};
+	const std::vector<std::string> replacing{"site-b"};
+	tunnel::PeerChange change2 = table.prepare_peers(replacing, again);
+	st.adopt(change2.added(), service::key_fingerprints(again), replacing);
+	// It continues above everything the old site-b may still send with.
+	CHECK(change2.added()[0]->out.next_seq.load() > peer(table, 0).out.seq_limit.load());
+}

@@ -1,0 +1,29 @@
+// What a reload would change: the running config against a new one.
+#pragma once
+
+#include "conf/config.hpp"
+
+#include <string>
+#include <vector>
+
+namespace esptun::conf {
+
+struct ConfigDiff {
+	/// What only a restart can apply, as the config names it ("[tunnel]
+	/// workers"): the interface, sockets, workers and every other [tunnel]
+	/// setting are set up once.
+	std::vector<std::string> restart_only;
+	/// Peers by name, each in the order of the config that has it. A changed
+	/// peer differs in anything but the line it starts on.
+	std::vector<std::string> added, removed, changed, unchanged;
+
+	bool peers_differ() const noexcept { return !added.empty() || !removed.empty() || !changed.empty(); }
+};
+
+/// diff_configs() - what turning @running into @next means (both validated).
+ConfigDiff diff_configs(const Config& running, const Config& next);
+
+/// same_peer() - whether two peers are configured alike (the line aside).
+bool same_peer(const PeerConfig& a, const PeerConfig& b);
+
+} // namespace esptun::conf

@@ -1,0 +1,160 @@
+// Reloader: see reload.hpp.
+#include "service/reload.hpp"
+
+#include "conf/diff.hpp"
+#include "service/ike_service.hpp"
+#include "service/log.hpp"
+#include "service/seq_state.hpp"
+#include "service/service.hpp"
+#include "service/tun_setup.hpp"
+
+#include <algorithm>
+
+namespace esptun::service {
+namespace {
+
+std::string joined(const std::vector<std::string>& names) {
+	std::string out;
+	for (const std::string& n : names)
+		out += (out.empty() ? "" : ", ") + n;
+	return out;
+}
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+	return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+/// The routes through the tun that @config asks for (install_routes() minus
+/// route_all's host route, which only a client has).
+std::vector<IpPrefix> wanted_routes(const conf::Config& config) {
+	std::vector<IpPrefix> out;
+	auto add = [&](const std::vector<IpPrefix>& prefixes) {
+		for (const IpPrefix& p : tun_routes(config, prefixes))
+			if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+	};
+	for (const conf::PeerConfig& peer : config.peers)
+		add(peer.allowed_ips);
+	add(config.tunnel.address_pool);
+	return out;
+}
+
+bool holds(const std::vector<IpPrefix>& set, const IpPrefix& p) {
+	return std::find(set.begin(), set.end(), p) != set.end();
+}
+
+/// What the address pool must never lease under @config (address_pool() in service.cpp).
+std::vector<IpPrefix> pool_reserved(const conf::Config& config) {
+	std::vector<IpPrefix> reserved;
+	for (const IpPrefix& a : config.tunnel.addresses)
+		reserved.push_back({a.addr, uint8_t(a.addr.max_prefix())});
+	for (const conf::PeerConfig& peer : config.peers)
+		reserved.insert(reserved.end(), peer.allowed_ips.begin(), peer.allowed_ips.end());
+	return reserved;
+}
+
+bool has_ike(const conf::Config& config, const std::vector<std::string>& names) {
+	return std::any_of(config.peers.begin(), config.peers.end(),
+	                   [&](const conf::PeerConfig& p) { return p.ike && contains(names, p.name); });
+}
+
+} // namespace
+
+Reloader::Reloader(const conf::Config& running, Parts parts, std::function<conf::Config()> load)
+    : running_(running), parts_(parts), load_(std::move(load)) {}
+
+std::string Reloader::reload() {
+	if (running_.role != conf::Role::gateway)
+		throw ReloadRefused("a client does not reload its config; restart it");
+	conf::Config next;
+	try {
+		next = load_();
+	} catch (const std::exception& e) {
+		throw ReloadRefused(std::string("the new config is invalid, nothing changed: ") + e.what());
+	}
+	const conf::ConfigDiff d = conf::diff_configs(running_, next);
+	if (!d.restart_only.empty())
+		throw ReloadRefused("only a restart can apply a change of " + joined(d.restart_only) +
+		                    "; nothing changed (put it back, or restart)");
+	if (!d.peers_differ())
+		return "nothing to change: " + std::to_string(d.unchanged.size()) + " peer(s) as before";
+
+	std::vector<std::string> going = d.removed, coming = d.added;
+	going.insert(going.end(), d.changed.begin(), d.changed.end());
+	coming.insert(coming.end(), d.changed.begin(), d.changed.end());
+	if (!parts_.ike && has_ike(next, coming))
+		throw ReloadRefused("the first IKE peer needs a restart: the IKE port is bound at "
+		                    "start-up, before privileges are dropped; nothing changed");
+
+	// 1. The new peers and their static SAs, checked against those that stay.
+	std::vector<tunnel::PeerParams> params;
+	for (tunnel::PeerParams& p : peer_params(next))
+		if (contains(coming, p.name)) params.push_back(std::move(p));
+	tunnel::PeerChange change;
+	try {
+		change = parts_.table.prepare_peers(going, params);
+	} catch (const std::invalid_argument& e) {
+		throw ReloadRefused(std::string(e.what()) + "; nothing changed");
+	}
+	// 2. The address pool's reservations (a leased address may stand in the way).
+	tunnel::AddressPool& pool = parts_.table.address_pool();
+	if (std::string why = pool.set_reserved(pool_reserved(next)); !why.empty())
+		throw ReloadRefused("the new peers' allowed_ips: " + why + "; nothing changed");
+	// 3. New routes (those that go wait until the peers have gone).
+	const std::vector<IpPrefix> had = wanted_routes(running_), want = wanted_routes(next);
+	std::vector<IpPrefix> added_routes;
+	try {
+		for (const IpPrefix& p : want)
+			if (!holds(had, p)) {
+				parts_.routes.add_route(p, parts_.tun_ifindex);
+				added_routes.push_back(p);
+			}
+		// 4. Sequence numbers of new static keys (resumed from the state file).
+		const std::vector<tunnel::Peer*> fresh = change.added();
+		parts_.seq_state.adopt(fresh, key_fingerprints(params), d.changed);
+	} catch (const std::exception& e) {
+		for (const IpPrefix& p : added_routes) {
+			try {
+				parts_.routes.remove_route(p, parts_.tun_ifindex);
+			} catch (const std::exception&) {
+				// Leaves a route to no peer, dropped as no_route; removed at exit.
+			}
+		}
+		(void)pool.set_reserved(pool_reserved(running_)); // what held a moment ago holds again
+		throw ReloadRefused(std::string(e.what()) + "; nothing changed");
+	}
+
+	// Commit: nothing below refuses.
+	if (parts_.ike) parts_.ike->remove_peers(going);
+	parts_.table.commit_peers(std::move(change));
+	if (parts_.ike) {
+		try {
+			parts_.ike->add_peers(next, coming);
+		} catch (const std::exception& e) {
+			// Only a bug gets here (names were checked above): say so, keep running.
+			log::error("reload: IKE could not take the new peers: " + std::string(e.what()));
+		}
+	}
+	parts_.seq_state.forget(d.removed);
+	for (const IpPrefix& p : had)
+		if (!holds(want, p)) {
+			try {
+				parts_.routes.remove_route(p, parts_.tun_ifindex);
+			} catch (const std::exception& e) {
+				log::warn("reload: cannot remove the route " + to_string(p) + ": " +
+				          e.what());
+			}
+		}
+	running_ = std::move(next);
+
+	std::string what;
+	auto say = [&](const char* how, const std::vector<std::string>& names) {
+		if (names.empty()) return;
+		what += (what.empty() ? "" : "; ") + std::string(how) + " " + joined(names);
+	};
+	say("added", d.added);
+	say("removed", d.removed);
+	say("re-established", d.changed);
+	return what + "; " + std::to_string(d.unchanged.size()) + " peer(s) unchanged";
+}
+
+} // namespace esptun::service
