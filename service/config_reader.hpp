@@ -65,8 +65,11 @@ public:
 	bool has_helper() const noexcept { return pid_ > 0; }
 	const std::filesystem::path& path() const noexcept { return path_; }
 
-	/// How long load() waits for each part of the helper's answer.
-	static constexpr int kAnswerTimeoutMs = 30000;
+	/// How long load() waits for each part of the helper's answer. A reload
+	/// runs on the control loop, which also extends the sequence number
+	/// reservations (SeqRefresh), so a stuck helper must not hold it long;
+	/// reading even a 16 MiB config takes milliseconds.
+	static constexpr int kAnswerTimeoutMs = 5000;
 
 private:
 	ConfigReader(std::filesystem::path path, conf::Role role, int fd, pid_t pid)
