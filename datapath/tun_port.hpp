@@ -36,6 +36,13 @@ struct TunIoStats {
 	Counter call_wakeups;    ///< wake-ups by the RX ring's call eventfd (never read: edge-triggered)
 	Counter ring_full;       ///< inbound packets that found no free TX buffer and went direct
 	Counter device_errors;   ///< used entries the device got wrong (short, too long, bad id)
+	// Ring publishes that needed no kick: the device was still busy with
+	// earlier buffers (event index). Kicks + these = the ring's batches.
+	Counter rx_kicks_suppressed; ///< RX ring publishes (re-posted buffers) without a kick
+	Counter tx_kicks_suppressed; ///< TX ring publishes (inbound packets) without a kick
+	/// kicks the device had not asked for (SplitQueue::kick_unasked()): 0
+	/// unless the kick logic is broken, whatever the timing
+	Counter needless_kicks;
 	// Tun-side system calls of the data path, one per call made (an EINTR
 	// retry inside the platform wrapper is not counted). Kick eventfd writes
 	// are rx_kicks + tx_kicks: each is exactly one write(). The call eventfd
@@ -63,6 +70,9 @@ struct TunIoStats {
 		                            {&direct_writes, &o.direct_writes},
 		                            {&rx_kicks, &o.rx_kicks},
 		                            {&tx_kicks, &o.tx_kicks},
+		                            {&rx_kicks_suppressed, &o.rx_kicks_suppressed},
+		                            {&tx_kicks_suppressed, &o.tx_kicks_suppressed},
+		                            {&needless_kicks, &o.needless_kicks},
 		                            {&call_wakeups, &o.call_wakeups},
 		                            {&ring_full, &o.ring_full},
 		                            {&device_errors, &o.device_errors},

@@ -232,11 +232,19 @@ void VhostTunPort::read_done() noexcept {
 		post_rx(held_[i]);
 	held_n_ = 0;
 	const virtio::Published pub = rx_.publish();
-	if (rx_.needs_kick(pub.old_idx, pub.new_idx)) {
-		platform::eventfd_signal(p_.rx_kick);
-		stats_.rx_kicks.add();
-	}
+	if (rx_.needs_kick(pub.old_idx, pub.new_idx))
+		kick(rx_, pub, p_.rx_kick, stats_.rx_kicks);
+	else if (pub.count() > 0)
+		stats_.rx_kicks_suppressed.add();
 	sync_device_errors();
+}
+
+void VhostTunPort::kick(const virtio::SplitQueue& q, const virtio::Published& pub, int fd,
+                        Counter& kicks) noexcept {
+	// Audited before the write, while a device that asked is still asleep.
+	if (q.kick_unasked(pub)) stats_.needless_kicks.add();
+	platform::eventfd_signal(fd);
+	kicks.add();
 }
 
 // --- Inbound: the TX ring ---
@@ -314,10 +322,10 @@ void VhostTunPort::write_direct(const TunWrite& w, size_t& failed) noexcept {
 
 void VhostTunPort::kick_tx() noexcept {
 	const virtio::Published pub = tx_.publish();
-	if (tx_.needs_kick(pub.old_idx, pub.new_idx)) {
-		platform::eventfd_signal(p_.tx_kick);
-		stats_.tx_kicks.add();
-	}
+	if (tx_.needs_kick(pub.old_idx, pub.new_idx))
+		kick(tx_, pub, p_.tx_kick, stats_.tx_kicks);
+	else if (pub.count() > 0)
+		stats_.tx_kicks_suppressed.add();
 }
 
 size_t VhostTunPort::write_batch(std::span<const TunWrite> pkts) noexcept {

@@ -158,6 +158,8 @@ private:
 	                      size_t& failed) noexcept;
 	size_t write_batch_vnet(std::span<const TunWrite> pkts) noexcept;
 	void kick_tx() noexcept;
+	/// The kick for @pub on @q: audited (kick_unasked()), written to @fd, counted in @kicks.
+	void kick(const virtio::SplitQueue& q, const virtio::Published& pub, int fd, Counter& kicks) noexcept;
 	void sync_device_errors() noexcept;
 
 	VhostPortParams p_;

@@ -10,12 +10,24 @@
 #                          ESPTUN_FUZZ_SECONDS (default 20) over a copy of
 #                          tests/fuzz/corpus/<name>/
 #   5. format              clang-format --dry-run --Werror (check-format.sh)
+# `test.sh --setup-only` runs step 1 and stops (tests/package/
+# test_readme_commands.py runs the README's commands that way, as CI itself
+# is a run of this script).
 # Every step runs even when an earlier one failed (except that a failed
 # build skips its own tests); the summary at the end lists each step, and the
 # exit status is non-zero when any step failed. Needs root: the netns and
 # interop tests create namespaces and tun devices.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+setup_only=0
+case "${1:-}" in
+"") ;;
+--setup-only) setup_only=1 ;;
+*)
+	echo "usage: test.sh [--setup-only]" >&2
+	exit 2
+	;;
+esac
 root=$PWD
 jobs=$(nproc)
 fuzz_seconds=${ESPTUN_FUZZ_SECONDS:-20}
@@ -125,6 +137,10 @@ if ((EUID != 0)); then
 fi
 
 step "setup" scripts/setup.sh || exit 1
+if ((setup_only)); then
+	echo "test.sh: --setup-only: stopping after setup"
+	exit 0
+fi
 
 # background_builds() - the ASan and fuzz builds, one after the other, each
 # leaving its log in $logdir/<name>.log and its exit status in <name>.rc

@@ -116,6 +116,9 @@ void write_tun_io(JsonWriter& j, const ServiceInfo& info) {
 	j.field("direct_writes", t.direct_writes.get());
 	j.field("kicks", t.rx_kicks.get() + t.tx_kicks.get());
 	j.field("rx_kicks", t.rx_kicks.get()).field("tx_kicks", t.tx_kicks.get());
+	j.field("rx_kicks_suppressed", t.rx_kicks_suppressed.get())
+	    .field("tx_kicks_suppressed", t.tx_kicks_suppressed.get());
+	j.field("needless_kicks", t.needless_kicks.get());
 	j.field("call_wakeups", t.call_wakeups.get()).field("ring_full", t.ring_full.get());
 	j.field("device_errors", t.device_errors.get());
 	// System calls the data path made on the tun side, and its epoll_wait() calls:

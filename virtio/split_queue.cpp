@@ -152,6 +152,15 @@ bool SplitQueue::needs_kick(uint16_t old_idx, uint16_t new_idx) noexcept {
 	return kick;
 }
 
+bool SplitQueue::kick_unasked(const Published& pub) const noexcept {
+	if (pub.count() == 0) return true;
+	const uint16_t event = device_avail_event();
+	// In [old, new): the device sleeps waiting for one of these buffers. At
+	// new: it has taken all of them since (woken some other way). Anywhere
+	// else it is behind old: still busy with buffers published earlier.
+	return !need_event(event, pub.new_idx, pub.old_idx) && event != pub.new_idx;
+}
+
 bool SplitQueue::ring_idle() const noexcept {
 	// need_event(event, published + 1, published) reduces to event == published.
 	return device_avail_event() == published_idx_;

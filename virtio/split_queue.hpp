@@ -154,6 +154,26 @@ public:
 	bool needs_kick(uint16_t old_idx, uint16_t new_idx) noexcept;
 
 	/**
+	 * kick_unasked() - would a kick for @pub, sent now, be one the device never
+	 * asked for? The audit behind the "needless_kicks" counter: call it after
+	 * needs_kick() said "kick" and before the eventfd write.
+	 * @pub: what publish() returned for the buffers the kick is about
+	 *
+	 * True when nothing was published, or when the device's avail_event lies
+	 * before pub.old_idx: the device has not gone to sleep since before these
+	 * buffers were published (vhost-net rewrites avail_event only in
+	 * vhost_enable_notify(), when it finds the ring empty), so it is still
+	 * working and will find them without a kick. Not a second needs_kick():
+	 * it re-reads avail_event, so it also catches a kick decided without (or
+	 * against) event index. Race-free before the kick: a device asleep at
+	 * the decision cannot move avail_event until it is woken, and one woken
+	 * some other way can only move it forward, to pub.new_idx, which is not
+	 * counted. Like need_event(), it assumes the device is less than 2^16
+	 * entries behind.
+	 */
+	bool kick_unasked(const Published& pub) const noexcept;
+
+	/**
 	 * ring_idle() - would the next published buffer need a kick?
 	 * True when the device's avail_event equals avail->idx: the device has taken
 	 * every published buffer and asked to be woken for the next one. vhost-net

@@ -33,6 +33,9 @@ struct PhaseCounts {
 	uint64_t to_tun = 0, from_tun = 0;
 	uint64_t tx_ring = 0, direct_writes = 0, rx_ring = 0, ring_full = 0;
 	uint64_t tun_reads = 0, tun_writes = 0, rx_kicks = 0, tx_kicks = 0;
+	// Ring publishes the busy device needed no kick for; kicks it had not
+	// asked for (0 unless the kick logic is broken).
+	uint64_t rx_kicks_suppressed = 0, tx_kicks_suppressed = 0, needless_kicks = 0;
 	uint64_t polls = 0, poll_waits = 0;
 	// Timed figures (row --ping-log / --bytes --elapsed-ms), 0 when not measured.
 	// Only meaningful where the VM is not emulated (accel != "tcg").
@@ -46,6 +49,8 @@ struct PhaseCounts {
 	/// eventfd is never read: the data plane watches it edge-triggered)
 	uint64_t from_tun_syscalls() const noexcept { return tun_reads + rx_kicks; }
 	uint64_t kicks() const noexcept { return rx_kicks + tx_kicks; }
+	/// tx_batches() - TX ring publishes: each needed a kick or found the device busy
+	uint64_t tx_batches() const noexcept { return tx_kicks + tx_kicks_suppressed; }
 	uint64_t packets() const noexcept { return to_tun + from_tun; }
 };
 
@@ -62,12 +67,21 @@ struct Goal {
 	std::string what; ///< e.g. "vhost dwm=4 bulk: kicks/packet <= 1/32"
 	bool met = false;
 	std::string measured;
+	/// Reported next to the goals but never failing --check: the figure
+	/// depends on timing that TCG does not reproduce (ring-only bulk ratios).
+	bool figure_only = false;
 };
 
 /**
- * goals_for() - issue 3's goals for @row (none for direct mode): the
- * one-in-flight goals for vhost with direct writes (dwm > 0), the bulk goals
- * for both vhost modes
+ * goals_for() - issue 3's goals for @row (none for direct mode)
+ *
+ * Every vhost row: no needless kick (a property of the kick logic, true at
+ * any timing). vhost with direct writes (dwm > 0, the default): the
+ * one-in-flight goals (direct writes, no TX kick) and the bulk ratios (kicks
+ * and system calls per packet), all held strictly. Ring only (dwm = 0): one
+ * in flight, no direct write; bulk, the TX ring was kicked (so the needless
+ * check had kicks to judge), and the bulk ratios as figures only: they
+ * follow the emulated CPU's pace (docs/vhost-counts.md, "The goals").
  */
 std::vector<Goal> goals_for(const PhaseCounts& row);
 

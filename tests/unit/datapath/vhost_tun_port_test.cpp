@@ -221,6 +221,31 @@ TEST_CASE("vhost TX with direct_write_max = 0 sends even a lone packet through t
 	CHECK(bed.stats.tx_ring_packets.get() == 1);
 }
 
+TEST_CASE("vhost TX ring only: a batch for a busy device is counted as suppressed, no kick is "
+          "needless") {
+	Bed bed(0);
+	std::vector<datapath::TunWrite> ws;
+	for (size_t i = 0; i < 3; i++)
+		ws.push_back(bed.inbound(i, packet(90, uint8_t(i))));
+	CHECK(bed.port->write_batch(ws) == 0); // idle device: one kick
+	CHECK(Bed::drain(bed.tx_kick.get()) == 1);
+	(void)bed.device_tx(); // woken, busy with the rest: no re-arm
+	auto w = bed.inbound(3, packet(70, 3));
+	CHECK(bed.port->write_batch({&w, 1}) == 0);
+	CHECK(Bed::drain(bed.tx_kick.get()) == 0);
+	CHECK(bed.stats.tx_kicks.get() == 1);
+	CHECK(bed.stats.tx_kicks_suppressed.get() == 1);
+	for (int i = 0; i < 3; i++)
+		(void)bed.device_tx();
+	(void)bed.tx_dev->flush_used();
+	CHECK(!bed.tx_dev->enable_notify()); // drained and asleep: the next batch kicks
+	w = bed.inbound(4, packet(70, 4));
+	CHECK(bed.port->write_batch({&w, 1}) == 0);
+	CHECK(Bed::drain(bed.tx_kick.get()) == 1);
+	CHECK(bed.stats.tx_kicks.get() == 2);
+	CHECK(bed.stats.needless_kicks.get() == 0);
+}
+
 TEST_CASE("vhost TX: with every buffer in the ring, packets go direct and count ring_full until "
           "used buffers are harvested") {
 	Bed bed(0);

@@ -64,6 +64,7 @@ TEST_CASE("the status JSON reports the tun_io mode, reason, threshold and counte
 	             R"("gso_reads":0,"gso_segments":0,"gro_writes":0,"gro_segments":0,"offload_errors":0,)"
 	             R"("rx_ring_packets":0,)"
 	             R"("tx_ring_packets":0,"direct_writes":0,"kicks":0,"rx_kicks":0,"tx_kicks":0,)"
+	             R"("rx_kicks_suppressed":0,"tx_kicks_suppressed":0,"needless_kicks":0,)"
 	             R"("call_wakeups":0,"ring_full":0,"device_errors":0,)"
 	             R"("tun_syscalls":{"read":0,"write":0,"kick":0},"polls":0,"poll_waits":0,)"
 	             R"("busy_poll_us":50,"busy_polls":0,"busy_poll_hits":0,)"
@@ -74,6 +75,9 @@ TEST_CASE("the status JSON reports the tun_io mode, reason, threshold and counte
 	t.direct_writes.add(3);
 	t.rx_kicks.add(1);
 	t.tx_kicks.add(2);
+	t.rx_kicks_suppressed.add(21);
+	t.tx_kicks_suppressed.add(22);
+	t.needless_kicks.add(23);
 	t.call_wakeups.add(5);
 	t.ring_full.add(6);
 	t.device_errors.add(7);
@@ -96,7 +100,8 @@ TEST_CASE("the status JSON reports the tun_io mode, reason, threshold and counte
 	CHECK(s.find(R"("offloads":"csum tso4 tso6","gso_reads":12,"gso_segments":13,"gro_writes":14,)"
 	             R"("gro_segments":15,"offload_errors":16,)") != std::string::npos);
 	CHECK(s.find(R"("rx_ring_packets":10,"tx_ring_packets":20,"direct_writes":3,"kicks":3,"rx_kicks":1,)"
-	             R"("tx_kicks":2,"call_wakeups":5,"ring_full":6,"device_errors":7,)"
+	             R"("tx_kicks":2,"rx_kicks_suppressed":21,"tx_kicks_suppressed":22,"needless_kicks":23,)"
+	             R"("call_wakeups":5,"ring_full":6,"device_errors":7,)"
 	             R"("tun_syscalls":{"read":8,"write":9,"kick":3},"polls":11,"poll_waits":10,)"
 	             R"("busy_poll_us":50,"busy_polls":17,"busy_poll_hits":18,)"
 	             R"("wake_poll_us":40,"wake_polls":19,"wake_poll_hits":20})") != std::string::npos);

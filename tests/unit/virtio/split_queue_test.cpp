@@ -1,8 +1,8 @@
 // SplitQueue against the in-test device model
 // (tests/unit/support/device_model_test_util.hpp) on the same memory: round
 // trips, ring full, 16-bit index wrap-around with kick and call decisions
-// checked for lost wake-ups, avail_event suppression, ring_idle() and the
-// used_event re-arm race.
+// checked for lost wake-ups, avail_event suppression, ring_idle(), the
+// kick audit (kick_unasked()) and the used_event re-arm race.
 #include "virtio/split_queue.hpp"
 
 #include "tests/unit/support/device_model_test_util.hpp"
@@ -322,6 +322,36 @@ TEST_CASE("SplitQueue: a batch that jumps over avail_event still kicks, across t
 	CHECK(none.count() == 0);
 	CHECK_FALSE(f.q.needs_kick(none.old_idx, none.new_idx));
 	CHECK(f.q.stats().kicks_needed.get() + f.q.stats().kicks_suppressed.get() == 2);
+}
+
+TEST_CASE("SplitQueue: kick_unasked() flags a kick for a busy device, not one it asked for") {
+	for (uint32_t start : {0u, 65534u}) { // the second run crosses the 16-bit wrap
+		INFO("starting index ", start);
+		Fixture f(16);
+		advance(f, start); // device idle, avail_event = avail->idx
+		// Asleep: the batch contains the awaited entry; needs_kick() and the audit agree.
+		for (uint64_t t = 0; t < 3; t++)
+			REQUIRE(f.q.add_buffer(kBufBase, 64, true, t));
+		const Published asked = f.q.publish();
+		CHECK(f.q.needs_kick(asked.old_idx, asked.new_idx));
+		CHECK_FALSE(f.q.kick_unasked(asked));
+		// The device wakes and takes one buffer; it is busy and does not re-arm.
+		REQUIRE(f.dev.take_avail());
+		REQUIRE(f.q.add_buffer(kBufBase, 64, true, 3));
+		const Published busy = f.q.publish();
+		CHECK_FALSE(f.q.needs_kick(busy.old_idx, busy.new_idx));
+		// A kick for it anyway (event index ignored) is what the audit counts.
+		CHECK(f.q.kick_unasked(busy));
+		// Woken some other way, the device took everything and re-armed at
+		// the new index before the kick went out: not counted.
+		while (f.dev.take_avail())
+			;
+		CHECK_FALSE(f.dev.enable_notify());
+		CHECK_FALSE(f.q.kick_unasked(busy));
+		// A kick with nothing published is never asked for.
+		const Published none = f.q.publish();
+		CHECK(f.q.kick_unasked(none));
+	}
 }
 
 TEST_CASE("SplitQueue: a queue started at start_idx 65534 kicks first, wraps and calls as at 0") {

@@ -12,7 +12,8 @@
 #                and were segmented (gso_reads > 0) and inbound segments were
 #                merged into super-packets (gro_writes > 0), no offload errors.
 #                Both vhost cases: UDP GRO on the underlay (udp.gro, and trains
-#                received as single buffers: udp_gro_buffers > 0).
+#                received as single buffers: udp_gro_buffers > 0), and no kick
+#                the device had not asked for (needless_kicks = 0).
 #   vhost-ring   direct_write_max = 0: every inbound packet through the TX
 #                ring, except the fallback when the ring is full
 #                (direct_writes == ring_full). Gateway b says tun_io = "auto"
@@ -48,7 +49,7 @@ XFER_TIMEOUT=150
 fail=0
 
 # tun_io NS - the "tun_io" object of NS's status; sets T_MODE T_RX T_TX T_DW
-# T_KICKS T_RXK T_TXK T_CALLS T_FULL T_DEVERR T_DWM and T_LINE (for RESULT lines)
+# T_KICKS T_RXK T_TXK T_NEEDLESS T_CALLS T_FULL T_DEVERR T_DWM and T_LINE (for RESULT lines)
 tun_io() {
 	st=$($IP netns exec $1 $GW status -c /tmp/$1.toml 2>&1)
 	eval "STATUS_$1=\$st"
@@ -61,6 +62,7 @@ tun_io() {
 	T_KICKS=$(json_num "$body" kicks)
 	T_RXK=$(json_num "$body" rx_kicks)
 	T_TXK=$(json_num "$body" tx_kicks)
+	T_NEEDLESS=$(json_num "$body" needless_kicks)
 	T_CALLS=$(json_num "$body" call_wakeups)
 	T_FULL=$(json_num "$body" ring_full)
 	T_DEVERR=$(json_num "$body" device_errors)
@@ -77,7 +79,7 @@ tun_io() {
 	T_TUNTX=$(json_num "$ctr" tun_tx_packets)
 	T_TUNRX=$(json_num "$ctr" tun_rx_packets)
 	T_DROPS=$(json_nonzero "$(json_object "$st" drops)")
-	T_LINE="$1:mode=$T_MODE rx_ring=$T_RX tx_ring=$T_TX direct=$T_DW rx_kicks=$T_RXK tx_kicks=$T_TXK calls=$T_CALLS ring_full=$T_FULL dev_err=$T_DEVERR offloads='$T_OFFL' gso=$T_GSO/$T_GSOSEG gro=$T_GRO/$T_GROSEG off_err=$T_OFFERR udp_gro=$T_UGRO udp_gro_buffers=$T_UGROBUF/$T_UDPRX tun_rx=$T_TUNRX tun_tx=$T_TUNTX drops:[$T_DROPS]"
+	T_LINE="$1:mode=$T_MODE rx_ring=$T_RX tx_ring=$T_TX direct=$T_DW rx_kicks=$T_RXK tx_kicks=$T_TXK needless_kicks=$T_NEEDLESS calls=$T_CALLS ring_full=$T_FULL dev_err=$T_DEVERR offloads='$T_OFFL' gso=$T_GSO/$T_GSOSEG gro=$T_GRO/$T_GROSEG off_err=$T_OFFERR udp_gro=$T_UGRO udp_gro_buffers=$T_UGROBUF/$T_UDPRX tun_rx=$T_TUNRX tun_tx=$T_TUNTX drops:[$T_DROPS]"
 }
 
 diagnostics() {
@@ -179,6 +181,8 @@ run_case() {
 			[ "${T_RX:-0}" -gt 0 ] || why="$why $ns:rx_ring_packets=${T_RX:-?}"
 			[ "${T_TX:-0}" -gt 0 ] || why="$why $ns:tx_ring_packets=${T_TX:-?}"
 			[ "${T_DWM:-}" = "${dwm:-4}" ] || why="$why $ns:direct_write_max=${T_DWM:-?}"
+			# A kick only when the device asked for one, at any pace.
+			[ "${T_NEEDLESS:-1}" = 0 ] || why="$why $ns:needless_kicks=${T_NEEDLESS:-?}"
 			# Every outbound packet came off the RX ring; every delivered
 			# inbound one went through the TX ring or a direct write.
 			[ "${T_RX:-0}" -ge "${T_TUNRX:-1}" ] || why="$why $ns:rx_ring<tun_rx"
