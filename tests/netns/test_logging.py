@@ -11,6 +11,8 @@
 #    set-up steps (UDP socket bound, tun opened, routes, seccomp) at debug.
 #    Neither log holds the PSK (as text or hex), nor any long hex run (a
 #    nonce, KE value or key would be one); a ping through the tunnel works.
+#    5000 junk IKE messages from the client's address give no more debug
+#    lines than the unauthenticated budget allows (20, then one a second).
 # 2. Without -v, no debug line at all.
 # 3. stderr that is the journal stream systemd announces in JOURNAL_STREAM
 #    (device:inode of that very file): every line starts with the sd-daemon
@@ -20,7 +22,9 @@
 
 import os
 import re
+import socket
 import sys
+import time
 
 # The shared helpers in tests/lib (tests/lib/README.md: why this one line).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -111,10 +115,34 @@ def secret_hits(text):
     return hits
 
 
+def flood(rep, ctx, g, glog):
+    """5000 junk IKE messages (behind the non-ESP marker) to the gateway: its
+    debug lines about them stay within the unauthenticated budget (20 at
+    once, one a second) and the IKE SA and tunnel are unharmed."""
+    start = time.monotonic()
+    s = ctx.c.socket(socket.AF_INET, socket.SOCK_DGRAM, bind=(C_UL, 0))
+    junk = bytes(4) + bytes(range(8)) * 12  # marker, then no valid IKE header (version 0)
+    for _ in range(5000):
+        s.sendto(junk, (GW_UL, 4500))
+    s.close()
+    netns.wait_until(lambda: g.status()["ike"]["counters"]["malformed"] > 0, 5,
+                     what="the gateway counting the junk as malformed")
+    time.sleep(0.5)
+    elapsed = time.monotonic() - start
+    dropped = [l for l in lines_of(glog) if re.search(r"debug: dropped .* from " + re.escape(C_UL), l)]
+    counters = g.status()["ike"]["counters"]
+    rep.check(1 <= len(dropped) <= 20 + int(elapsed) + 2,
+              f"[-v] flood: {counters['malformed']} junk messages reached IKE in {elapsed:.1f} s, "
+              f"{len(dropped)} debug lines about them", "\n".join(dropped[-3:]))
+    ping.expect_replies(rep, f"[-v] ping {GW_IN} from the client after the flood",
+                        ping.run(ctx.c, GW_IN, 3), 3)
+
+
 def check_verbose(rep, ctx):
     rep.section("-v: debug lines for every IKE message and the set-up steps, no secrets")
     g, c, glog, clog = ctx.pair(rep, args=("-v",))
     ping.expect_replies(rep, f"[-v] ping {GW_IN} from the client", ping.run(ctx.c, GW_IN, 3), 3)
+    flood(rep, ctx, g, glog)
     ctx.stop(rep, "-v", c, g)
     gl, cl = lines_of(glog), lines_of(clog)
     spis = r"SPIs [0-9a-f]{16}/[0-9a-f]{16}"
