@@ -84,6 +84,31 @@ constexpr std::string_view drop_name(Drop d) noexcept {
 // A reason added to the enum without a name would print as "" in the status.
 static_assert(!drop_name(Drop(kDropReasons - 1)).empty(), "every Drop needs a name in drop_name()");
 
+/**
+ * drop_is_per_peer() - whether drops of reason @d are counted for a peer
+ * too: the packet was that peer's when it was dropped (found by its SPI
+ * inbound, by its allowed_ips outbound). The others happen before any peer
+ * is known (unknown_spi, no_route, too_big) or after the packet left the
+ * peer's hands (tun_write_error, udp_send_error in a mixed batch).
+ */
+constexpr bool drop_is_per_peer(Drop d) noexcept {
+	switch (d) {
+	case Drop::malformed: // inbound, once its SA is found: the peer's packet is short or misaligned
+	case Drop::auth_failed:
+	case Drop::replay:
+	case Drop::policy:
+	case Drop::dest_policy:
+	case Drop::padding:
+	case Drop::no_endpoint:
+	case Drop::no_sa:
+	case Drop::seq_exhausted:
+	case Drop::seq_not_saved:
+		return true;
+	default:
+		return false;
+	}
+}
+
 constexpr std::string_view ignore_name(Ignore i) noexcept {
 	constexpr std::array<std::string_view, kIgnoreKinds> names{"nat_keepalive", "non_esp_marker",
 	                                                           "dummy_packet"};

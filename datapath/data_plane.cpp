@@ -182,6 +182,7 @@ void DataPlane::outbound_batch() noexcept {
 		    tunnel::encapsulate(table_, tun_packets_[i].buf, tun_packets_[i].len, worker_, &routes_);
 		if (res.verdict != tunnel::Verdict::forward) {
 			stats_.drop(res.drop);
+			if (res.peer) res.peer->drops[size_t(res.drop)].add();
 			continue;
 		}
 		send_slots_[n++] = {res.datagram, res.to};
@@ -242,6 +243,7 @@ void DataPlane::inbound_batch() noexcept {
 			                                                slot.from, now, worker_, &routes_);
 			if (res.verdict == tunnel::Verdict::drop) {
 				stats_.drop(res.drop);
+				if (res.peer) res.peer->drops[size_t(res.drop)].add();
 			} else if (res.verdict == tunnel::Verdict::ignore) {
 				stats_.ignore(res.ignore);
 				if (res.ignore == Ignore::non_esp_marker && ike_inbox_ &&

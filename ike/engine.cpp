@@ -131,13 +131,13 @@ void Engine::log_limited(const std::string& line) {
 	const Clock::time_point now = Clock::now();
 	if (now - log_window_ >= kLogWindow) {
 		if (counters_.logs_suppressed && logs_in_window_ >= kLogsPerWindow)
-			host_.log("(IKE log lines held back so far: " +
-			          std::to_string(counters_.logs_suppressed) + ")");
+			host_.log_at(LogLevel::warning, "(IKE log lines held back so far: " +
+			                                    std::to_string(counters_.logs_suppressed) + ")");
 		log_window_ = now;
 		logs_in_window_ = 0;
 	}
 	if (logs_in_window_++ < kLogsPerWindow)
-		host_.log(line);
+		host_.log_at(LogLevel::warning, line);
 	else
 		counters_.logs_suppressed++;
 }
@@ -239,15 +239,20 @@ void Engine::receive_message(Port via, const Endpoint& from, std::span<const uin
                              Clock::time_point now) {
 	counters_.received++;
 	Message m;
-	if (!parse_message(msg, m)) {
+	if (ParseResult r = parse_message(msg, m); !r) {
 		counters_.malformed++;
+		debug_dropped(from, msg, parse_error_name(r.error).data());
 		return;
 	}
 	const Header& h = m.header;
 	if (h.exchange == Exchange::ike_sa_init) {
+		debug_received_plain(from, msg.size(), m);
 		if (!h.is_response()) {
 			if (!h.from_initiator() || h.spi_r != 0 || h.message_id != 0) {
 				counters_.malformed++;
+				debug_dropped(
+				    from, msg,
+				    "an IKE_SA_INIT request must have message ID 0 and no responder SPI");
 				return;
 			}
 			handle_init_request(via, from, msg, m, now);
@@ -256,6 +261,7 @@ void Engine::receive_message(Port via, const Endpoint& from, std::span<const uin
 			// A notify-only answer (COOKIE, INVALID_KE_PAYLOAD, an error) has no responder SPI.
 			if (!sa || !sa->initiator || sa->state != IkeSa::State::init_sent) {
 				counters_.unknown_sa++;
+				debug_dropped(from, msg, "not an answer to an IKE_SA_INIT we sent");
 				return;
 			}
 			handling_ = Handling{h.spi_i, h, counters_.sent};
@@ -271,11 +277,13 @@ void Engine::receive_message(Port via, const Endpoint& from, std::span<const uin
 	if (!sa || sa->spi_i != h.spi_i || sa->spi_r != h.spi_r || sa->initiator == h.from_initiator() ||
 	    !sa->sk_in || sa->state == IkeSa::State::init_sent) {
 		counters_.unknown_sa++;
+		debug_dropped(from, msg, "no IKE SA with these SPIs");
 		return;
 	}
 	const SkPayload* sk = m.find<SkPayload>();
 	if (!sk) {
 		counters_.malformed++;
+		debug_dropped(from, msg, "no SK payload");
 		return;
 	}
 	const bool retransmitted_request =
@@ -283,16 +291,20 @@ void Engine::receive_message(Port via, const Endpoint& from, std::span<const uin
 	if (h.is_response() ? (!sa->pending || h.message_id != sa->pending->id)
 	                    : (h.message_id != sa->peer_next_id && !retransmitted_request)) {
 		counters_.unknown_sa++; // a stale or out-of-window message ID (section 2.3)
+		debug_dropped(from, msg, "a message ID out of the window");
 		return;
 	}
 	std::optional<std::vector<uint8_t>> plain = sa->sk_in->open(msg, sk->offset);
 	if (!plain) {
 		counters_.bad_icv++;
+		debug_dropped(from, msg, "the SK payload's ICV did not verify");
 		return;
 	}
 	if (retransmitted_request) {
 		// The peer did not get our answer: the same answer again (section 2.1).
 		if (!sa->last_response.empty()) {
+			debug_sent(sa, sa->remote, sa->last_response, {},
+			           "sent again (a retransmitted request)");
 			host_.send(sa->via, sa->remote, sa->last_response);
 			counters_.sent++;
 		}
@@ -301,6 +313,7 @@ void Engine::receive_message(Port via, const Endpoint& from, std::span<const uin
 	std::vector<Payload> inner;
 	if (!parse_payloads(sk->first_inner, *plain, inner)) {
 		counters_.malformed++;
+		debug_dropped(from, msg, "the payloads inside SK do not parse");
 		if (!h.is_response()) {
 			sa->peer_next_id++;
 			NotifyPayload n = make_notify(notify::invalid_syntax);
@@ -319,6 +332,7 @@ void Engine::receive_message(Port via, const Endpoint& from, std::span<const uin
 		sa->via = via;
 		if (moved && via == Port::natt) host_.peer_moved(*sa->peer, from);
 	}
+	debug_received(*sa, msg.size(), h, inner);
 	handling_ = Handling{our_spi, h, counters_.sent};
 	if (h.is_response()) {
 		handle_response(*sa, inner, now);
@@ -388,6 +402,7 @@ void Engine::send_request(IkeSa& sa, Exchange ex, std::span<const Payload> inner
 	encode_header(h, bytes.data());
 	sa.sk_out->seal(bytes, uint8_t(first), chain);
 	sa.pending = new_request(bytes, h.message_id, RequestKind::liveness, now);
+	debug_sent(&sa, sa.remote, bytes, inner);
 	host_.send(sa.via, sa.remote, bytes);
 	counters_.sent++;
 }
@@ -406,6 +421,7 @@ void Engine::send_response(IkeSa& sa, const Header& req, std::span<const Payload
 	encode_header(h, bytes.data());
 	sa.sk_out->seal(bytes, uint8_t(first), chain);
 	sa.last_response = bytes;
+	debug_sent(&sa, sa.remote, bytes, inner);
 	host_.send(sa.via, sa.remote, bytes);
 	counters_.sent++;
 }

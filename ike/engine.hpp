@@ -20,6 +20,7 @@
 #include "base/inet.hpp"
 #include "crypto/esp_transform.hpp"
 #include "ike/keymat.hpp"
+#include "ike/log_budget.hpp"
 #include "ike/message.hpp"
 #include "ike/proposal.hpp"
 
@@ -112,6 +113,10 @@ struct ChildUsage {
 	uint64_t in_seq = 0;  ///< the highest inbound sequence number accepted
 };
 
+/// How much an engine log line matters; the host maps it to its own levels
+/// (ike/ does not know service/'s logger).
+enum class LogLevel : uint8_t { error, warning, info, debug };
+
 /// What the engine needs from the service around it.
 class Host {
 public:
@@ -165,6 +170,14 @@ public:
 	virtual void send_keepalive(const Endpoint& /*to*/) {}
 	/// One line for the operator (never called per data packet).
 	virtual void log(const std::string& line) = 0;
+	/// One line at @level. Debug lines describe single IKE messages (never
+	/// keys, nonces or other secrets) and are rate-limited by the engine.
+	/// The default drops debug lines and passes the rest to log().
+	virtual void log_at(LogLevel level, const std::string& line) {
+		if (level != LogLevel::debug) log(line);
+	}
+	/// Whether the host wants debug lines: the engine builds none otherwise.
+	virtual bool debug_enabled() const { return false; }
 };
 
 /// Counters of IKE traffic that was dropped before or at authentication.
@@ -378,6 +391,13 @@ private:
 	std::vector<IpPrefix> local_side(size_t peer) const;
 	std::vector<IpAddress> offer_addresses(IkeSa& sa, const PeerPolicy& pol, bool want4, bool want6);
 	void log_limited(const std::string& line);
+	// Debug lines, one per IKE message (engine_debug.cpp).
+	bool debug_allowed(bool authenticated);
+	void debug_received_plain(const Endpoint& from, size_t size, const Message& m);
+	void debug_received(const IkeSa& sa, size_t size, const Header& h, std::span<const Payload> inner);
+	void debug_dropped(const Endpoint& from, std::span<const uint8_t> msg, const char* why);
+	void debug_sent(const IkeSa* sa, const Endpoint& to, std::span<const uint8_t> bytes,
+	                std::span<const Payload> inner, const char* what = "sent");
 	std::vector<Payload> nat_detection(uint64_t spi_i, uint64_t spi_r, Port via, const Endpoint& remote);
 	bool we_are_behind_nat(const Message& m, uint64_t spi_i, uint64_t spi_r, Port via,
 	                       const Endpoint& remote);
@@ -426,6 +446,12 @@ private:
 	std::optional<Handling> handling_;
 	Clock::time_point log_window_{};
 	unsigned logs_in_window_ = 0;
+	/// Debug lines (engine_debug.cpp): messages that did not authenticate
+	/// (anyone can send them) get a small budget; those of IKE SAs whose
+	/// keys verified them a larger one, so a busy peer's lines still show
+	/// while a flood is held back.
+	LogBudget debug_unauthenticated_{20, std::chrono::seconds(1), std::chrono::seconds(10)};
+	LogBudget debug_authenticated_{200, std::chrono::milliseconds(50), std::chrono::seconds(10)};
 };
 
 /// Narrows @offered to what @allowed covers (section 2.9): each selector is

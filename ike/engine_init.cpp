@@ -211,7 +211,9 @@ void Engine::send_plain_notify(Port via, const Endpoint& to, const Header& req, 
 	h.flags = kFlagResponse;
 	h.message_id = req.message_id;
 	const Payload p[] = {make_notify(type, std::vector<uint8_t>(data.begin(), data.end()))};
-	host_.send(via, to, build_message(h, p));
+	const std::vector<uint8_t> bytes = build_message(h, p);
+	debug_sent(nullptr, to, bytes, {});
+	host_.send(via, to, bytes);
 	counters_.sent++;
 }
 
@@ -247,6 +249,8 @@ void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const
 			    std::equal(msg.begin(), msg.end(), s->init_request.begin(),
 			               s->init_request.end())) {
 				// A retransmitted request: the same answer (section 2.1).
+				debug_sent(s, from, s->init_response, {},
+				           "sent again (a retransmitted request)");
 				host_.send(via, from, s->init_response);
 				counters_.sent++;
 				return;
@@ -355,6 +359,7 @@ void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const
 	sa->peer_next_id = 1;
 	sa->next_id = 0;
 	sa->created = sa->last_heard = now;
+	debug_sent(sa.get(), from, sa->init_response, {});
 	host_.send(via, from, sa->init_response);
 	counters_.sent++;
 	const uint64_t key = sa->spi_r;
@@ -413,6 +418,7 @@ void Engine::send_init(IkeSa& sa, Clock::time_point now) {
 		payloads.push_back(std::move(p));
 	sa.init_request = build_message(h, payloads);
 	sa.pending = new_request(sa.init_request, 0, RequestKind::init, now);
+	debug_sent(&sa, sa.remote, sa.init_request, {});
 	host_.send(sa.via, sa.remote, sa.init_request);
 	counters_.sent++;
 }

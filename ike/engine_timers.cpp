@@ -97,6 +97,8 @@ void Engine::tick_sa(IkeSa& sa, Clock::time_point now) {
 		if (p.kind != RequestKind::liveness) p.interval *= 2; // liveness checks keep their pace
 		p.next = now + p.interval;
 		counters_.retransmits++;
+		debug_sent(&sa, sa.remote, p.bytes, {},
+		           p.tries == 1 ? "sent again (no answer yet)" : "sent again (still no answer)");
 		host_.send(sa.via, sa.remote, p.bytes);
 		counters_.sent++;
 		return;

@@ -131,12 +131,16 @@ IkeService::IkeService(asio::io_context& io, const conf::Config& config, tunnel:
 		ike_fd_ = bind_ike_socket(at);
 		ike_family_ = at.addr.family == Family::v6 ? AF_INET6 : AF_INET;
 		ike_port_ = config.tunnel.ike_port;
+		log::debug("IKE: UDP socket bound to " + to_string(at));
 	}
 	if (config.role == conf::Role::client && !config.peers.empty()) {
 		client_config_ = &config;
 		routed_ = tun_routes(config, config.peers.front().allowed_ips);
 	}
 	engine_ = std::make_unique<ike::Engine>(std::move(policies), *this);
+	log::debug("IKE: engine ready for " + std::to_string(table_peers_.size()) +
+	           " peer(s); messages on the ESP port " + std::to_string(natt_port_) +
+	           " come from the workers");
 }
 
 IkeService::~IkeService() = default;
@@ -483,6 +487,21 @@ std::optional<ike::Clock::time_point> IkeService::last_esp_rx(size_t peer) {
 }
 
 void IkeService::log(const std::string& line) { log::info(line); }
+
+void IkeService::log_at(ike::LogLevel level, const std::string& line) {
+	switch (level) {
+	case ike::LogLevel::error:
+		return log::error(line);
+	case ike::LogLevel::warning:
+		return log::warn(line);
+	case ike::LogLevel::info:
+		return log::info(line);
+	case ike::LogLevel::debug:
+		return log::debug(line);
+	}
+}
+
+bool IkeService::debug_enabled() const { return log::enabled(log::Level::debug); }
 
 void IkeService::assigned(size_t peer, std::span<const IpAddress> addresses, std::span<const IpAddress> dns) {
 	// The tun takes the virtual addresses as host addresses; the routes for

@@ -77,6 +77,8 @@ public:
 	std::optional<ike::Clock::time_point> last_esp_rx(size_t peer) override;
 	std::optional<ike::ChildUsage> child_usage(size_t peer, uint32_t spi_in, uint32_t spi_out) override;
 	void log(const std::string& line) override;
+	void log_at(ike::LogLevel level, const std::string& line) override;
+	bool debug_enabled() const override;
 	void send_keepalive(const Endpoint& to) override;
 	void peer_moved(size_t peer, const Endpoint& to) override;
 	void child_selectors(size_t peer, std::span<const ike::TrafficSelector> remote) override;

@@ -65,6 +65,8 @@ void drop_privileges(const conf::Config& config) {
 	if (who.uid != 0) hand_over_state_dir(tc.state_dir, who);
 	keep_dns_tools_root(config);
 	platform::drop_to_user(who);
+	log::debug("privileges: now uid " + std::to_string(who.uid) + ", gid " + std::to_string(who.gid) +
+	           ", capabilities left: cap_net_admin");
 	// The kernel makes a process dumpable again when its uids change
 	// (prctl(2), PR_SET_DUMPABLE): keep keys out of core dumps after the drop too.
 	platform::disable_core_dumps();
@@ -78,6 +80,7 @@ void drop_privileges(const conf::Config& config) {
 		                      "folder search permission for others, or set [tunnel] user");
 	}
 	const int calls = platform::install_syscall_filter();
+	log::debug("seccomp filter installed: " + std::to_string(calls) + " system calls allowed");
 	log::info("privileges: dropped to user " + who.name + " (uid " + std::to_string(who.uid) + ", gid " +
 	          std::to_string(who.gid) +
 	          "); capabilities left: cap_net_admin; no_new_privs; seccomp allows " +

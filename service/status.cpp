@@ -98,6 +98,12 @@ void write_peer(JsonWriter& j, const tunnel::SaTable& table, const tunnel::Peer&
 	j.field("rx_packets", sas.totals.rx_packets).field("rx_bytes", sas.totals.rx_bytes);
 	j.end_object();
 	j.field("sas_retiring", uint64_t(sas.retiring));
+	// The drops this peer's packets met: every reason that can be a peer's,
+	// zeros included, so a reader finds each key.
+	j.key("drops").begin_object();
+	for (size_t i = 0; i < kDropReasons; i++)
+		if (drop_is_per_peer(Drop(i))) j.field(drop_name(Drop(i)), peer.drops[i].get());
+	j.end_object();
 	j.end_object();
 }
 

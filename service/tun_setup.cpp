@@ -162,15 +162,20 @@ void bring_up_tun(const conf::Config& config, Workers& workers, ServiceInfo& inf
 	for (size_t w = 1; w < workers.size(); w++)
 		workers[w]->queue = platform::open_tun(tun.name, true, tc.tun_offload);
 	info.interface = tun.name;
+	log::debug("tun " + tun.name + " opened (ifindex " + std::to_string(tun.ifindex) + ", " +
+	           std::to_string(workers.size()) + " queue(s))");
 	info.tun_offloads = tc.tun_offload ? enable_offloads(workers) : "none (tun_offload = false)";
 	platform::set_link_mtu(tun.ifindex, info.mtu);
 	// A client that asks its gateway for addresses may get an IPv6 one
 	// (RFC 7296 section 3.15.1), which a tun without IPv6 could not take.
 	const bool may_get_v6 = config.role == conf::Role::client && tc.addresses.empty();
 	if (!has_v6_address(config) && !may_get_v6) platform::set_ipv6_enabled(tun.name, false);
-	for (const IpPrefix& a : tc.addresses)
+	for (const IpPrefix& a : tc.addresses) {
 		platform::add_address(tun.ifindex, a);
+		log::debug("tun " + tun.name + ": address " + to_string(a) + " added");
+	}
 	platform::set_link_up(tun.ifindex);
+	log::debug("tun " + tun.name + ": link up, mtu " + std::to_string(info.mtu));
 }
 
 // A /0 becomes routes only with route_all (route_everything()): otherwise it
@@ -178,10 +183,15 @@ void bring_up_tun(const conf::Config& config, Workers& workers, ServiceInfo& inf
 platform::NetConfigGuard install_routes(const conf::Config& config, int ifindex) {
 	platform::NetConfigGuard net;
 	for (const conf::PeerConfig& peer : config.peers)
-		for (const IpPrefix& p : tun_routes(config, peer.allowed_ips))
+		for (const IpPrefix& p : tun_routes(config, peer.allowed_ips)) {
 			net.add_route(p, ifindex);
-	for (const IpPrefix& p : tun_routes(config, config.tunnel.address_pool))
+			log::debug("route " + to_string(p) + " added into the tunnel (peer " + peer.name +
+			           ")");
+		}
+	for (const IpPrefix& p : tun_routes(config, config.tunnel.address_pool)) {
 		net.add_route(p, ifindex);
+		log::debug("route " + to_string(p) + " added into the tunnel (address_pool)");
+	}
 	if (config.tunnel.route_all) keep_gateway_reachable(config, ifindex, net);
 	return net;
 }

@@ -2,6 +2,7 @@
 // planes (step 6), and their threads; see workers.hpp.
 #include "service/workers.hpp"
 
+#include "platform/port_claim.hpp"
 #include "platform/unique_fd.hpp"
 #include "service/control_loop.hpp"
 #include "service/log.hpp"
@@ -75,6 +76,9 @@ unsigned worker_count(const conf::Config& config) noexcept {
 }
 
 Workers open_workers(const conf::TunnelConfig& tc, unsigned n, ServiceInfo& info) {
+	// The port is ours alone before the first socket of the SO_REUSEPORT
+	// group binds (platform/port_claim.hpp: why the kernel would share it).
+	const platform::PortClaim claim = platform::PortClaim::take(tc.listen);
 	Workers workers;
 	for (unsigned w = 0; w < n; w++) {
 		auto wk = std::make_unique<Worker>();
@@ -82,6 +86,8 @@ Workers open_workers(const conf::TunnelConfig& tc, unsigned n, ServiceInfo& info
 		if (w > 0)
 			at.port = workers[0]->udp->local_endpoint().port; // "port 0": the one the first got
 		wk->udp.emplace(platform::UdpSocket::bind(at, int(tc.socket_buffer), n > 1));
+		log::debug("worker " + std::to_string(w) + ": UDP socket bound to " +
+		           to_string(wk->udp->local_endpoint()) + (n > 1 ? " (SO_REUSEPORT group)" : ""));
 		wk->udp->set_gso(tc.udp_gso);
 		platform::OpenedEngine e =
 		    platform::open_udp_engine(io_engine_choice(tc.io_engine), *wk->udp);

@@ -228,6 +228,10 @@ struct Peer {
 	std::unique_ptr<InboundSa> in;
 	std::atomic<int64_t> last_rx_unix_ms{0}; ///< wall clock of the last authenticated packet
 	SharedCounter endpoint_changes;
+	/// Packets of this peer dropped, by reason (drop_is_per_peer() says
+	/// which reasons are ever counted here); every worker adds to them, and
+	/// they are only touched when a packet is dropped.
+	std::array<SharedCounter, kDropReasons> drops{};
 
 	/**
 	 * outbound() - the SA to send with now, or nullptr before the first

@@ -184,6 +184,8 @@ std::string show_peer(const JsonValue& peer, const JsonValue& status, const Pain
 			     std::to_string(u64(*i, {"highest_seq"})) + ")";
 		out += line(p, "esp sas", t);
 	}
+	if (const std::string drops = nonzero(peer.get("drops")); !drops.empty())
+		out += line(p, "drops", p.bad(drops));
 	if (const JsonValue* sas = status.at({"ike", "sas"}))
 		for (const JsonValue& sa : sas->items)
 			if (str(sa, {"peer"}) == name) out += show_ike_sa(sa, p);
@@ -282,6 +284,11 @@ void one_endpoint(Metrics& m, const JsonValue& s) {
 			m.add("esptun_peer_last_rx_timestamp_seconds", "gauge",
 			      "Unix time of the peer's last authenticated packet; 0 = never.", pl,
 			      num(p, {"last_rx_unix_ms"}) / 1000);
+			if (const JsonValue* d = p.get("drops"))
+				for (const service::JsonMember& x : d->members)
+					m.add("esptun_peer_drops_total", "counter",
+					      "The peer's packets dropped, by reason (README: Status JSON).",
+					      pl + ",reason=\"" + label_value(x.key) + "\"", x.value.number);
 		}
 	if (const JsonValue* c = s.at({"ike", "counters"}))
 		for (const service::JsonMember& x : c->members)

@@ -18,18 +18,23 @@ PROGRAMS = {"gateway": ("esptun-gateway", "run"), "client": ("esptun-client", "u
 class Endpoint:
     """One running esptun endpoint (gateway or client) in a namespace."""
 
-    def __init__(self, build, ns, config_path, log_path, role="gateway"):
+    def __init__(self, build, ns, config_path, log_path, role="gateway", args=(), env=None):
+        """args: more arguments after `-c FILE` (e.g. "-v"); env: variables to
+        set for the process (a dict), on top of the test's own environment."""
         prog, self.verb = PROGRAMS[role]
         self.binary = os.path.join(build, prog)
         self.ns = ns
         self.config = config_path
         self.log = log_path
         self.proc = None
+        self.args = tuple(args)
+        self.env = dict(env or {})
 
     def start(self, ready_timeout=10):
         """start() - launch in the foreground (stderr to the log) and wait for status."""
         self._logf = open(self.log, "ab")
-        self.proc = self.ns.spawn(self.binary, self.verb, "-c", self.config,
+        prefix = ("env", *(f"{k}={v}" for k, v in self.env.items())) if self.env else ()
+        self.proc = self.ns.spawn(*prefix, self.binary, self.verb, "-c", self.config, *self.args,
                                   stdout=self._logf, stderr=self._logf)
         self.wait_ready(ready_timeout)
         return self

@@ -10,6 +10,10 @@
 # transfer (colour only on a terminal, never with NO_COLOR); `status --format
 # prometheus` is valid exposition text whose figures equal the JSON's.
 # SIGHUP (no live reload yet) is logged and the gateway keeps forwarding.
+# Drops by peer: forged ESP sent to A with the peer's SPI (old sequence
+# numbers, a bad ICV, too short) counts replay, auth_failed and malformed for
+# that peer in the status JSON (field by field), in `show` and in the
+# Prometheus output; an unknown SPI counts for the endpoint only.
 #
 #   netns A (et-kg-PID-a)                       netns B (et-kg-PID-b)
 #   esptun-gateway, tun 10.98.0.1/24            esptun-gateway, tun 10.98.0.2/24
@@ -23,6 +27,7 @@ import os
 import pty
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tomllib
@@ -174,7 +179,7 @@ def check_genpair(rep, build):
     for gw, name in ((gw_a, "A"), (gw_b, "B")):
         drops = gw.status()["drops"]
         rep.check(not any(drops.values()), f"{name}: no drops", str(drops))
-    return tmp, gw_a
+    return tmp, gw_a, gw_b
 
 
 def check_status_sockets(rep, build, tmp):
@@ -293,14 +298,74 @@ def check_sighup(rep, build, tmp, gw):
     ping.expect_replies(rep, f"ping A -> {B_IN} after SIGHUP", ping.run(gw.ns, B_IN, 3), 3)
 
 
+def esp_datagram(spi, seq, length):
+    """A forged ESP datagram: SPI, sequence number, then zeros up to length bytes."""
+    return spi.to_bytes(4, "big") + seq.to_bytes(4, "big") + bytes(length - 8)
+
+
+def check_peer_drops(rep, build, tmp, gw_a, gw_b):
+    rep.section("drops by peer: status JSON, show, Prometheus")
+    sock = os.path.join(tmp, "a.sock")
+    before = gw_a.status()
+    peer = esptun_proc.peer(before, "other")
+    spi, highest = peer["sa_in"]["spi"], peer["sa_in"]["highest_seq"]
+    rep.require(highest >= 1, f"A has received up to sequence number {highest} from B")
+    # aes256-cbc-hmac-sha256: 8 header + 16 IV + 32 (two blocks) + 16 ICV.
+    good_len = 8 + 16 + 32 + 16
+    sent = ([esp_datagram(spi, 1, good_len)] * 3 +  # seen already: replay
+            [esp_datagram(spi, highest + 100, good_len)] * 2 +  # new number, forged ICV: auth_failed
+            [esp_datagram(spi, highest + 200, 20)] +  # shorter than IV + ICV: malformed
+            [esp_datagram(0x7fffff01, 1, good_len)])  # nobody's SPI: unknown_spi, no peer
+    s = gw_b.ns.socket(socket.AF_INET, socket.SOCK_DGRAM, bind=(B_UL, 0))
+    for d in sent:
+        s.sendto(d, (A_UL, 4500))
+    s.close()
+    netns.wait_until(lambda: sum(gw_a.status()["drops"].values()) - sum(before["drops"].values()) >= 7,
+                     5, what="A counting the 7 forged datagrams")
+    after = gw_a.status()
+    pd = esptun_proc.peer(after, "other").get("drops", {})
+    want = {"malformed": 1, "auth_failed": 2, "replay": 3, "policy": 0, "dest_policy": 0,
+            "padding": 0, "no_endpoint": 0, "no_sa": 0, "seq_exhausted": 0, "seq_not_saved": 0}
+    rep.equal(sorted(pd), sorted(want), "the peer's drops list the reasons a peer can have")
+    for reason, n in want.items():
+        rep.equal(pd.get(reason, 0) - peer.get("drops", {}).get(reason, 0), n,
+                  f"peer drops.{reason} went up by {n}")
+    rep.equal(after["drops"]["unknown_spi"] - before["drops"]["unknown_spi"], 1,
+              "the unknown SPI is counted for the endpoint")
+    rep.check("unknown_spi" not in pd, "... and not for the peer")
+    for reason in ("malformed", "auth_failed", "replay"):
+        rep.check(after["drops"][reason] - before["drops"][reason] == want[reason],
+                  f"the endpoint's drops.{reason} went up by the same {want[reason]}")
+
+    rc, out, err = tool(build, "show", "-s", sock)
+    rep.require(rc == 0, "show exits 0", err)
+    block = out[out.index("peer: other"):]
+    line = next((l.strip() for l in block.splitlines() if l.strip().startswith("drops:")), None)
+    want_line = (f"drops: malformed {pd['malformed']}, auth_failed {pd['auth_failed']}, "
+                 f"replay {pd['replay']}")
+    rep.equal(line, want_line, "show: the peer's drops, non-zero reasons only")
+
+    rc, text, err = tool(build, "status", "-s", sock, "--format", "prometheus")
+    rep.require(rc == 0, "status --format prometheus exits 0", err)
+    a_if = interface_of("a")
+    for reason, n in pd.items():
+        sample = (f'esptun_peer_drops_total{{interface="{a_if}",peer="other",reason="{reason}"}} '
+                  f"{n}")
+        rep.check(sample in text.splitlines(), f"prometheus: {sample}", text[-600:])
+    rep.check(text.count("# TYPE esptun_peer_drops_total counter") == 1,
+              "prometheus: esptun_peer_drops_total is one counter family")
+    ping.expect_replies(rep, f"ping A -> {B_IN} after the forged datagrams", ping.run(gw_a.ns, B_IN, 3), 3)
+
+
 def body(rep, build):
     check_genkey(rep, build)
     check_genpsk(rep, build)
-    tmp, gw_a = check_genpair(rep, build)
+    tmp, gw_a, gw_b = check_genpair(rep, build)
     check_status_sockets(rep, build, tmp)
     check_show(rep, build, tmp)
     check_prometheus(rep, build, tmp)
     check_sighup(rep, build, tmp, gw_a)
+    check_peer_drops(rep, build, tmp, gw_a, gw_b)
 
 
 if __name__ == "__main__":

@@ -178,6 +178,36 @@ template <class F> bool eventually(F done) {
 
 } // namespace
 
+TEST_CASE("data plane counts drops of a peer's packets for that peer too, and others for no peer") {
+	Receiver r;
+	const tunnel::Peer& a = *r.table_b.peers()[0];
+	// One datagram to B, handled by one inbound pass.
+	auto receive = [&](std::span<uint8_t> dgram) {
+		r.send(dgram);
+		REQUIRE(test::wait_readable(r.udp_b.fd()));
+		r.plane_b.inbound_batch();
+	};
+	// A forged ICV: auth_failed. A good packet, then the same datagram
+	// again: replay. Both are peer a's.
+	std::span<uint8_t> forged = r.seal(ipv4_packet(0x0a630001, 0x0a630002, 100));
+	forged[forged.size() - 1] ^= 0x01;
+	receive(forged);
+	std::span<uint8_t> good = r.seal(ipv4_packet(0x0a630001, 0x0a630002, 100));
+	receive(good);
+	CHECK(r.stats_b.tun_tx_packets.get() == 1);
+	receive(good);
+	// And an SPI nobody has: the endpoint counts it, no peer does.
+	store_be32(good.data(), 0x7777);
+	receive(good);
+	CHECK(r.stats_b.drops_of(Drop::auth_failed) == 1);
+	CHECK(r.stats_b.drops_of(Drop::replay) == 1);
+	CHECK(r.stats_b.drops_of(Drop::unknown_spi) == 1);
+	CHECK(a.drops[size_t(Drop::auth_failed)].get() == 1);
+	CHECK(a.drops[size_t(Drop::replay)].get() == 1);
+	for (size_t i = 0; i < kDropReasons; i++)
+		if (Drop(i) != Drop::auth_failed && Drop(i) != Drop::replay) CHECK(a.drops[i].get() == 0);
+}
+
 TEST_CASE("a data plane refuses a worker index its SA table has no transforms for") {
 	platform::UdpSocket udp = platform::UdpSocket::bind(Endpoint{IpAddress::v4(0x7f000001), 0});
 	FakeTun tun;

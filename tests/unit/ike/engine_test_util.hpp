@@ -89,6 +89,15 @@ struct FakeHost : Host {
 		return it == usage.end() ? ChildUsage{} : it->second;
 	}
 	void log(const std::string& line) override { logs.push_back(line); }
+	bool debug = false;                  ///< debug_enabled(): the engine writes debug lines
+	std::vector<std::string> debug_logs; ///< its debug lines (other levels go to logs)
+	void log_at(LogLevel level, const std::string& line) override {
+		if (level == LogLevel::debug)
+			debug_logs.push_back(line);
+		else
+			log(line);
+	}
+	bool debug_enabled() const override { return debug; }
 	std::vector<IpAddress> got_addresses, got_dns;
 	void assigned(size_t, std::span<const IpAddress> a, std::span<const IpAddress> d) override {
 		REQUIRE(installed.empty()); // before the CHILD_SA that uses the address

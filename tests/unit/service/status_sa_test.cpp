@@ -53,7 +53,7 @@ TEST_CASE("status JSON: static peers keep sa_out and sa_in, run-time peers list 
 	    R"("replay_window":1024,"reordered":0,"cipher":"aes128-gcm","esn":true},"sas_in":[{"spi":8193,)"));
 	CHECK(has(s, R"("keying":"dynamic","cipher":null,"crypto_impl":null,"esn":null,)"));
 	CHECK(has(s, R"("sa_out":null,"sa_in":null,"sas_in":[],"totals":{"tx_packets":0,"tx_bytes":0,)"
-	             R"("rx_packets":0,"rx_bytes":0},"sas_retiring":0})"));
+	             R"("rx_packets":0,"rx_bytes":0},"sas_retiring":0,"drops":{)"));
 
 	// A rekey in progress: two inbound SAs, the newest shown as sa_in.
 	tunnel::Peer& ike = *table.peers()[1];
@@ -68,4 +68,31 @@ TEST_CASE("status JSON: static peers keep sa_out and sa_in, run-time peers list 
 	CHECK(has(s, R"("sa_in":{"spi":)" + std::to_string(new_spi) + ","));
 	CHECK(has(s, R"("sas_in":[{"spi":)" + std::to_string(old_spi) + R"(,)"));
 	CHECK(has(s, R"(},{"spi":)" + std::to_string(new_spi) + ","));
+}
+
+TEST_CASE("status JSON: each peer's drops, every reason a peer can have, field by field") {
+	const std::vector<uint8_t> k(20, 7);
+	tunnel::SaTable table(
+	    {test::gcm_peer("site-b", *parse_endpoint("10.0.0.2:4500"), "10.99.0.2/32", 0x1001, 0x2001, k, k),
+	     ike_peer()});
+	tunnel::Peer& b = *table.peers()[0];
+	b.drops[size_t(Drop::replay)].add(3);
+	b.drops[size_t(Drop::auth_failed)].add(2);
+	b.drops[size_t(Drop::malformed)].add(1);
+	table.peers()[1]->drops[size_t(Drop::no_sa)].add(5);
+	service::ServiceInfo info;
+	DataPathStats stats;
+	const std::string s = service::render_status(info, stats, table);
+	CHECK(has(s, R"("name":"site-b",)"));
+	CHECK(has(s, R"("sas_retiring":0,"drops":{"malformed":1,"auth_failed":2,"replay":3,"policy":0,)"
+	             R"("dest_policy":0,"padding":0,"no_endpoint":0,"no_sa":0,"seq_exhausted":0,)"
+	             R"("seq_not_saved":0}})"));
+	CHECK(has(s, R"("sas_retiring":0,"drops":{"malformed":0,"auth_failed":0,"replay":0,"policy":0,)"
+	             R"("dest_policy":0,"padding":0,"no_endpoint":0,"no_sa":5,"seq_exhausted":0,)"
+	             R"("seq_not_saved":0}})"));
+	// Reasons no peer can have are not in a peer's object.
+	const std::string peers = s.substr(s.find(R"("peers":)"));
+	for (Drop d :
+	     {Drop::unknown_spi, Drop::no_route, Drop::too_big, Drop::tun_write_error, Drop::udp_send_error})
+		CHECK(peers.find("\"" + std::string(drop_name(d)) + "\"") == std::string::npos);
 }
