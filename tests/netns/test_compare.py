@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 # test_compare.py - `esptun-bench compare --quick` with every subject: each
-# peer must be installed and carry traffic, the JSON, CSV and SVG it writes
-# must agree, and nothing it created may be left behind.
+# peer must be installed and carry traffic, each row must say the version of
+# what it measured, the JSON, CSV and SVG it writes must agree, and nothing
+# it created may be left behind. The kernel's own WireGuard and XFRM ESP are
+# measured where this kernel has them; a skip must agree with the test's own
+# probe of the kernel.
 #
 #   netns esptun-cmp-PID-a                       netns esptun-cmp-PID-b
 #  +---------------------------------+          +---------------------------------+
@@ -10,6 +13,8 @@
 #  | wg-go   10.99.3.1  (udp 51820)  |          | wg-go   10.99.3.2               |
 #  | ovpn    10.99.4.1 / 10.99.5.1   |          | ovpn    10.99.4.2 / 10.99.5.2   |
 #  | charon  10.99.6.1  (udp 500/4500)|         | charon  10.99.6.2               |
+#  | kernel wg 10.99.9.1 (udp 51830) |          | kernel wg 10.99.9.2             |
+#  | kernel ESP 10.99.10.1 (proto 50)|          | kernel ESP 10.99.10.2           |
 #  +---------------------------------+          +---------------------------------+
 #
 # The tool builds all of this itself; the test only runs it and inspects
@@ -22,6 +27,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -34,7 +40,12 @@ import report  # noqa: E402
 from netns import TestError  # noqa: E402
 
 SUBJECTS = ["veth", "esptun-direct", "esptun-vhost", "wireguard-go", "openvpn-gcm", "openvpn-cbc",
-            "strongswan"]
+            "strongswan", "kernel-wireguard", "kernel-esp"]
+KERNEL_SUBJECTS = ("kernel-wireguard", "kernel-esp")
+# What each subject's "version" must look like.
+VERSION_RE = {"veth": r"linux \S+", "esptun-direct": r"\d+\.\d+\.\d+", "esptun-vhost": r"\d+\.\d+\.\d+",
+              "wireguard-go": r"v\d+\.\d+\.\d+", "openvpn-gcm": r"2\.\d+\.\d+", "openvpn-cbc": r"2\.\d+\.\d+",
+              "strongswan": r"\d+\.\d+\.\d+", "kernel-wireguard": r"linux \S+", "kernel-esp": r"linux \S+"}
 TIMEOUT = 240
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -46,6 +57,24 @@ def vhost_usable():
         return True
     except OSError:
         return False
+
+
+def kernel_has(what):
+    """kernel_has() - (True, "") when this kernel makes a wireguard link or takes an
+    AES-GCM ESP state ("wireguard" / "esp"), tried in a throw-away namespace; else
+    (False, what ip said)."""
+    ns = f"esptun-probe-{os.getpid()}"
+    netns.run(["ip", "netns", "add", ns])
+    try:
+        if what == "wireguard":
+            cmd = ["link", "add", "probe0", "type", "wireguard"]
+        else:
+            cmd = ["xfrm", "state", "add", "src", "10.0.0.1", "dst", "10.0.0.2", "proto", "esp",
+                   "spi", "0x101", "mode", "tunnel", "aead", "rfc4106(gcm(aes))", "0x" + "1" * 72, "128"]
+        p = netns.run(["ip", "-n", ns, *cmd], check=False)
+        return p.returncode == 0, p.stderr.strip()
+    finally:
+        netns.run(["ip", "netns", "del", ns], check=False)
 
 
 def live_pids(names):
@@ -137,8 +166,8 @@ def body(rep, build):
     tmp = netns.make_tempdir("compare")
     before = root_state()
 
-    rep.section("esptun-bench compare --quick (all peers)")
-    cmd = [bench, "compare", "--quick", "--out-dir", tmp]
+    rep.section("esptun-bench compare --quick --duration 1 (all peers)")
+    cmd = [bench, "compare", "--quick", "--duration", "1", "--out-dir", tmp]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -152,6 +181,19 @@ def body(rep, build):
     rep.require(m, "the tool names its namespaces esptun-cmp-PID-{a,b}")
     run_id = m.group(1)
 
+    rep.section("time left, as it goes")
+    first = re.search(r"^measuring .*; about (?:(\d+) min )?(\d+) s\)$", p.stdout, re.M)
+    took = re.search(r"^measured in (?:(\d+) min )?(\d+) s$", p.stdout, re.M)
+    lefts = re.findall(r"\[about (?:\d+ min )?\d+ s left\]$", p.stdout, re.M)
+    rep.check(first and took, "an estimate before the tests and the time they took",
+              p.stdout[-600:])
+    if first and took:
+        est = int(first.group(1) or 0) * 60 + int(first.group(2))
+        real = int(took.group(1) or 0) * 60 + int(took.group(2))
+        rep.check(real / 3 <= est <= real * 3, f"the first estimate ({est} s) within 3x of the time "
+                  f"the tests took ({real} s)")
+    rep.check(len(lefts) == 4, "each test but the last ends with the time left", f"{len(lefts)} lines")
+
     rep.section("JSON")
     with open(os.path.join(tmp, "compare.json")) as f:
         doc = json.load(f)
@@ -159,13 +201,28 @@ def body(rep, build):
                 "compare.json parses: an object with a \"subjects\" list", str(doc)[:300])
     subjects = {s["name"]: s for s in doc["subjects"]}
     rep.equal(sorted(subjects), sorted(SUBJECTS), "compare.json lists every subject")
+    kernel = {"kernel-wireguard": kernel_has("wireguard"), "kernel-esp": kernel_has("esp")}
     for name in SUBJECTS:
         s = subjects.get(name)
         if s is None:
             continue
+        rep.check(re.fullmatch(VERSION_RE[name], s.get("version", "")),
+                  f"{name}: version {s.get('version')!r}", f"want {VERSION_RE[name]}")
+        if name not in KERNEL_SUBJECTS and name != "veth":
+            rep.check(os.access(s.get("program", ""), os.X_OK),
+                      f"{name}: program {s.get('program')!r} is the one that ran")
         if name == "esptun-vhost" and not vhost_usable():
             rep.check(s["status"] == "skipped" and "/dev/vhost-net" in s["reason"],
                       f"{name}: skipped because /dev/vhost-net cannot be opened here",
+                      f"status {s['status']!r}, reason {s['reason']!r}")
+            continue
+        if name in KERNEL_SUBJECTS and not kernel[name][0]:
+            # The tool quotes ip's error; for ESP it may be the one of its
+            # second try (AES-CBC), which tells "no ESP" from "no GCM".
+            said = kernel[name][1] if name == "kernel-wireguard" else "(ip xfrm state add: "
+            rep.check(s["status"] == "skipped" and s["reason"].startswith("kernel ")
+                      and said in s["reason"],
+                      f"{name}: skipped because this kernel lacks it ({kernel[name][1]})",
                       f"status {s['status']!r}, reason {s['reason']!r}")
             continue
         if not rep.check(s["status"] == "ok", f"{name}: status ok (installed and started)",
@@ -178,14 +235,17 @@ def body(rep, build):
         rep.check(s["udp_rr_p50_ms"] is not None and s["udp_rr_p50_ms"] > 0,
                   f"{name}: UDP request/response p50 {s['udp_rr_p50_ms']} ms")
         rep.check(s["udp1400_gbps"] is not None, f"{name}: UDP-1400 {s['udp1400_gbps']} Gbit/s")
-        if name == "veth":
-            rep.check(s["cpu_s_per_gb"] is None, "veth: no CPU/GB figure (no tunnel)")
+        if name == "veth" or name in KERNEL_SUBJECTS:
+            rep.check(s["cpu_s_per_gb"] is None, f"{name}: no CPU/GB figure (no tunnel process)")
         else:
             rep.check((s["cpu_s_per_gb"] or 0) > 0, f"{name}: CPU {s['cpu_s_per_gb']} s/GB > 0")
         rep.check(not s["errors"], f"{name}: no test failed", "; ".join(s["errors"]))
     peers = {q["peer"] for q in doc["ratios"]["peers"]}
     rep.check({"wireguard-go", "openvpn-gcm", "openvpn-cbc", "strongswan"} <= peers,
               "ratios of esptun-direct to every other tunnel", f"got {sorted(peers)}")
+    table = [line for line in p.stdout.splitlines() if line.startswith("wireguard-go ")]
+    rep.check(table and subjects["wireguard-go"]["version"] in table[-1],
+              "the table shows wireguard-go's version", "\n".join(table))
 
     rep.section("CSV")
     with open(os.path.join(tmp, "compare.csv"), newline="") as f:
@@ -193,6 +253,8 @@ def body(rep, build):
     rep.equal(len(rows), len(doc["subjects"]), "compare.csv has one row per JSON subject")
     rep.equal([r["subject"] for r in rows], [s["name"] for s in doc["subjects"]],
               "CSV rows in the JSON's order")
+    rep.equal([r["version"] for r in rows], [s["version"] for s in doc["subjects"]],
+              "CSV versions as in the JSON")
 
     rep.section("SVG")
     tree = ET.parse(os.path.join(tmp, "compare.svg"))
@@ -214,7 +276,8 @@ def body(rep, build):
     variants = {"esptun-direct-busypoll": "busy_poll_us = 50",
                 "esptun-direct-nowakepoll": "wake_poll_us = 0"}
     peers = ",".join(["esptun-direct", *variants])
-    cmd = [bench, "compare", "--quick", "--peers", peers, "--out-dir", os.path.join(tmp, "variants")]
+    cmd = [bench, "compare", "--quick", "--duration", "1", "--peers", peers, "--out-dir",
+           os.path.join(tmp, "variants")]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -238,9 +301,19 @@ def body(rep, build):
     rep.require(m, "the variant run started")
     check_nothing_left(rep, "variant run", m.group(1), before)
 
-    rep.section("SIGTERM in the middle of the measurements")
+    rep.section("--wireguard-go: a program that is not there is a usage error")
+    p = subprocess.run([bench, "compare", "--wireguard-go", "no-such-wireguard-go"],
+                       capture_output=True, text=True, timeout=60)
+    rep.check(p.returncode == 2 and "no-such-wireguard-go: not found" in p.stderr,
+              "exit 2, naming the program", f"exit {p.returncode}: {p.stderr}")
+
+    rep.section("SIGTERM in the middle of the measurements, two wireguard-go builds up")
+    # The same build twice under two paths: one row each, told apart by
+    # number once their versions are alike, each on its own subnet and port.
+    wg = shutil.which("wireguard-go")
     before = root_state()
     proc = subprocess.Popen([bench, "compare", "--quick", "--peers", "esptun,wireguard-go,strongswan",
+                             "--wireguard-go", "wireguard-go", "--wireguard-go", os.path.realpath(wg),
                              "--out-dir", os.path.join(tmp, "term")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
@@ -262,6 +335,10 @@ def body(rep, build):
     print(text, flush=True)
     m = re.search(r"esptun-cmp-(\d+)-a", text)
     rep.require(m, "the interrupted run started")
+    version = subprocess.run([wg, "--version"], capture_output=True, text=True).stdout.split()[1]
+    for name in (f"wireguard-go-{version.lstrip('v')}", "wireguard-go-2"):
+        rep.check(re.search(rf"^  {re.escape(name)} +up after .*; {re.escape(version)}\)$", text, re.M),
+                  f"{name} up, its version on its line")
     rep.equal(proc.returncode, 130, "SIGTERM: exit status")
     check_nothing_left(rep, "SIGTERM", m.group(1), before)
 

@@ -2,11 +2,12 @@
 //   1. options; root; iperf3 and ping present; leftovers of killed runs removed
 //   2. temp dir (0700) and the underlay: two namespaces, one veth
 //   3. each selected subject: not installed / skipped (with the reason), or
-//      started; one that fails to start is reported as failed
+//      started; one that fails to start is reported as failed; the version of
+//      each that is there
 //   4. the tests, each one round-robin over the running subjects (so machine
 //      noise hits them alike): TCP 1 stream (with the tunnel processes' CPU
 //      time), TCP 4 streams, UDP 1400 bytes at full rate, ping, UDP
-//      request/response
+//      request/response; after each, an estimate of the time left
 //   5. table on the terminal; JSON, CSV and SVG files
 // Everything made in 2-3 is undone by destructors, in reverse order, on
 // success, failure and SIGINT/SIGTERM alike.
@@ -21,6 +22,8 @@
 #include "apps/bench/lab/temp_dir.hpp"
 #include "base/error.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -38,19 +41,26 @@ using namespace lab;
 const char* const kCompareUsage =
     "  compare [--quick] [--duration S] [--peers a,b,...] [--out-dir DIR]\n"
     "          [--json FILE] [--csv FILE] [--svg FILE] [--gateway PATH]\n"
-    "                        plain veth, esptun, wireguard-go, OpenVPN (GCM, CBC) and strongSwan\n"
+    "          [--wireguard-go PATH]...\n"
+    "                        plain veth, esptun, wireguard-go, OpenVPN (GCM, CBC), strongSwan\n"
+    "                        and the kernel's WireGuard and XFRM ESP (where it has them)\n"
     "                        between two namespaces, interleaved: iperf3 TCP 1/4 streams, UDP\n"
     "                        1400 B, ping and UDP request/response p50/p99, tunnel CPU s/GB;\n"
     "                        writes compare.{json,csv,svg} to DIR (default .). Peers: veth,\n"
     "                        esptun, esptun-direct, esptun-vhost, wireguard-go, openvpn,\n"
-    "                        openvpn-gcm, openvpn-cbc, strongswan (default all), and, only\n"
-    "                        when named, esptun-direct-busypoll (busy_poll_us = 50) and\n"
-    "                        esptun-direct-nowakepoll (wake_poll_us = 0). --quick: 2 s\n"
-    "                        tests, 50 pings (default 10 s, 200 pings). Needs root.\n";
+    "                        openvpn-gcm, openvpn-cbc, strongswan, kernel, kernel-wireguard,\n"
+    "                        kernel-esp (default all), and, only when named,\n"
+    "                        esptun-direct-busypoll (busy_poll_us = 50) and\n"
+    "                        esptun-direct-nowakepoll (wake_poll_us = 0). --wireguard-go:\n"
+    "                        the wireguard-go program (default: the one in PATH); given\n"
+    "                        more than once (up to 4), one row per build, named after its\n"
+    "                        version. --quick: 2 s tests, 50 pings (default 10 s, 200 pings).\n"
+    "                        Needs root.\n";
 
 namespace {
 
 constexpr uint16_t kRrPort = 7007;
+constexpr size_t kMaxWireguardGo = 4;
 
 struct HelpRequested {};
 
@@ -58,7 +68,8 @@ struct CompareOptions {
 	bool quick = false;
 	unsigned duration = 0; ///< 0: 10 s, or 2 s with --quick
 	std::string json, csv, svg, out_dir = ".", gateway;
-	std::vector<std::string> peers; ///< empty: all
+	std::vector<std::string> peers;        ///< empty: all
+	std::vector<std::string> wireguard_go; ///< --wireguard-go, in order; empty: PATH's
 	std::string command;
 };
 
@@ -92,6 +103,11 @@ CompareOptions parse_options(const std::vector<std::string>& args) {
 			o.out_dir = value();
 		} else if (a == "--gateway") {
 			o.gateway = value();
+		} else if (a == "--wireguard-go") {
+			if (o.wireguard_go.size() == kMaxWireguardGo)
+				throw UsageError("--wireguard-go at most " + std::to_string(kMaxWireguardGo) +
+				                 " times");
+			o.wireguard_go.push_back(value());
 		} else if (a == "--peers") {
 			std::istringstream in(value());
 			for (std::string p; std::getline(in, p, ',');)
@@ -145,13 +161,52 @@ struct Live {
 };
 
 /**
+ * Eta - an estimate of the time the tests have left
+ *
+ * Each test on each subject has a planned length: an iperf3 test its -t
+ * plus about a second to start a server, connect and tear down; ping its
+ * count at 10 ms apart; UDP-RR its count at half a millisecond. What is
+ * left of the plan is scaled by how long the steps done so far took against
+ * their plan, so a slow machine or a retry shows in the estimate.
+ */
+class Eta {
+public:
+	void plan(double seconds) { total_ += seconds; }
+	void start() { t0_ = Clock::now(); }
+	void done(double planned) { done_ += planned; }
+	double elapsed() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+	/// left() - seconds still to go, by the plan scaled to the pace so far
+	double left() const {
+		const double pace = done_ > 0 ? std::clamp(elapsed() / done_, 0.5, 4.0) : 1.0;
+		return std::max(0.0, total_ - done_) * pace;
+	}
+
+private:
+	double total_ = 0, done_ = 0;
+	Clock::time_point t0_ = Clock::now();
+};
+
+/// duration_text() - "45 s" or "3 min 05 s"
+std::string duration_text(double seconds) {
+	const auto s = static_cast<unsigned>(seconds + 0.5);
+	char buf[32];
+	if (s < 60)
+		std::snprintf(buf, sizeof buf, "%u s", s);
+	else
+		std::snprintf(buf, sizeof buf, "%u min %02u s", s / 60, s % 60);
+	return buf;
+}
+
+/**
  * round_robin() - run test @label once on every live subject, in order
+ * @planned: the seconds one step is expected to take (for @eta)
  *
  * A test that fails is tried once more (a flood on two shared cores can
  * cost iperf3 its control connection); a second failure is recorded on
- * that subject's row and the other subjects go on.
+ * that subject's row and the other subjects go on. The line ends with the
+ * estimate of the time left.
  */
-void round_robin(std::vector<Live>& live, const std::string& label,
+void round_robin(std::vector<Live>& live, const std::string& label, double planned, Eta& eta,
                  const std::function<std::string(Live&)>& fn) {
 	std::printf("  %-9s", (label + ":").c_str());
 	std::fflush(stdout);
@@ -174,10 +229,15 @@ void round_robin(std::vector<Live>& live, const std::string& label,
 				shown = "FAILED";
 			}
 		}
+		eta.done(planned);
 		std::printf(" %s %s;", l.subject->name().c_str(), shown.c_str());
 		std::fflush(stdout);
 	}
-	std::printf("\n");
+	const double left = eta.left();
+	if (left >= 0.5)
+		std::printf("  [about %s left]\n", duration_text(left).c_str());
+	else
+		std::printf("\n");
 }
 
 std::string two(double v, const char* unit) {
@@ -203,7 +263,22 @@ int run(const CompareOptions& opt) {
 	rep.pings = opt.quick ? 50 : 200;
 	rep.rr_requests = opt.quick ? 300 : 2000;
 
-	std::vector<std::unique_ptr<Subject>> subjects = make_subjects();
+	const std::string run_id = std::to_string(getpid());
+	TempDir tmp("/tmp/" + std::string(kPrefix) + run_id + "-");
+	SubjectOptions sopt;
+	for (const auto& p : opt.wireguard_go) {
+		// A bare name is looked up in PATH, as a shell would.
+		std::string path = p.find('/') == std::string::npos ? find_program(p) : p;
+		if (path.empty()) throw UsageError("--wireguard-go " + p + ": not found in PATH");
+		path = std::filesystem::absolute(path).lexically_normal().string();
+		sopt.wireguard_go.push_back({path, wireguard_go_version(path, tmp.path())});
+	}
+	if (sopt.wireguard_go.empty()) {
+		std::string path = find_program("wireguard-go");
+		sopt.wireguard_go.push_back(
+		    {path, path.empty() ? "" : wireguard_go_version(path, tmp.path())});
+	}
+	std::vector<std::unique_ptr<Subject>> subjects = make_subjects(sopt);
 	std::set<std::string> known;
 	for (const auto& s : subjects) {
 		known.insert(s->name());
@@ -217,8 +292,6 @@ int run(const CompareOptions& opt) {
 			if (p == s.name() || p == s.family()) return true;
 		return false;
 	};
-	const std::string run_id = std::to_string(getpid());
-	TempDir tmp("/tmp/" + std::string(kPrefix) + run_id + "-");
 	std::printf("esptun-bench compare%s: %u s per iperf3 test, %u pings, %u UDP requests; %s\n",
 	            opt.quick ? " --quick" : "", rep.duration_s, rep.pings, rep.rr_requests,
 	            rep.host.c_str());
@@ -235,6 +308,10 @@ int run(const CompareOptions& opt) {
 		if (selected(*s)) chosen.push_back(std::move(s));
 	rep.rows.resize(chosen.size());
 
+	// Names in one column, as wide as the longest chosen one.
+	int nw = 14;
+	for (const auto& s : chosen)
+		nw = std::max(nw, static_cast<int>(s->name().size()));
 	std::vector<Live> live;
 	for (size_t i = 0; i < chosen.size(); i++) {
 		Subject& s = *chosen[i];
@@ -242,10 +319,14 @@ int run(const CompareOptions& opt) {
 		row.name = s.name();
 		row.detail = s.detail();
 		Availability av = s.availability(env);
+		if (av.state != Availability::State::not_installed) {
+			row.version = s.version(env);
+			row.program = s.program(env);
+		}
 		if (av.state != Availability::State::ok) {
 			row.status = av.state == Availability::State::skipped ? "skipped" : "not installed";
 			row.reason = av.reason;
-			std::printf("  %-14s %s: %s\n", s.name().c_str(), row.status.c_str(),
+			std::printf("  %-*s %s: %s\n", nw, s.name().c_str(), row.status.c_str(),
 			            av.reason.c_str());
 			continue;
 		}
@@ -253,46 +334,53 @@ int run(const CompareOptions& opt) {
 		try {
 			s.start(env);
 			live.push_back({&s, &row});
-			std::printf("  %-14s up after %.2f s (%s)\n", s.name().c_str(),
+			std::printf("  %-*s up after %.2f s (%s; %s)\n", nw, s.name().c_str(),
 			            std::chrono::duration<double>(Clock::now() - t0).count(),
-			            s.detail().c_str());
+			            s.detail().c_str(),
+			            row.version.empty() ? "version ?" : row.version.c_str());
 		} catch (const Interrupted&) {
 			throw;
 		} catch (const std::exception& e) {
 			row.status = "failed";
 			row.reason = e.what();
-			std::printf("  %-14s FAILED to start: %s\n", s.name().c_str(), e.what());
+			std::printf("  %-*s FAILED to start: %s\n", nw, s.name().c_str(), e.what());
 			s.stop_processes();
 		}
 	}
 
-	std::printf("measuring (each test round-robin over %zu subjects)\n", live.size());
-	round_robin(live, "tcp-1", [&](Live& l) {
+	const double iperf_step = opt.duration + 1.0, ping_step = rep.pings * 0.01 + 0.3,
+	             rr_step = rep.rr_requests * 0.0005 + 0.3;
+	Eta eta;
+	eta.plan(static_cast<double>(live.size()) * (3 * iperf_step + ping_step + rr_step));
+	std::printf("measuring (each test round-robin over %zu subjects; about %s)\n", live.size(),
+	            duration_text(eta.left()).c_str());
+	eta.start();
+	round_robin(live, "tcp-1", iperf_step, eta, [&](Live& l) {
 		std::vector<pid_t> pids =
-		    l.subject->has_tunnel() ? l.subject->tunnel_pids() : std::vector<pid_t>{};
+		    l.subject->counts_cpu() ? l.subject->tunnel_pids() : std::vector<pid_t>{};
 		double cpu0 = cpu_seconds(pids);
 		IperfResult r = run_iperf(topo.b(), topo.a(), l.subject->dst(), IperfTest::tcp1, opt.duration,
 		                          tmp.path());
 		double cpu1 = cpu_seconds(pids);
 		l.row->tcp1_gbps = r.gbps;
-		if (l.subject->has_tunnel() && r.bytes > 0)
+		if (l.subject->counts_cpu() && r.bytes > 0)
 			l.row->cpu_s_per_gb = (cpu1 - cpu0) / (static_cast<double>(r.bytes) / 1e9);
 		return two(r.gbps, "");
 	});
-	round_robin(live, "tcp-4", [&](Live& l) {
+	round_robin(live, "tcp-4", iperf_step, eta, [&](Live& l) {
 		IperfResult r = run_iperf(topo.b(), topo.a(), l.subject->dst(), IperfTest::tcp4, opt.duration,
 		                          tmp.path());
 		l.row->tcp4_gbps = r.gbps;
 		return two(r.gbps, "");
 	});
-	round_robin(live, "udp-1400", [&](Live& l) {
+	round_robin(live, "udp-1400", iperf_step, eta, [&](Live& l) {
 		IperfResult r = run_iperf(topo.b(), topo.a(), l.subject->dst(), IperfTest::udp1400,
 		                          opt.duration, tmp.path());
 		l.row->udp_gbps = r.gbps;
 		l.row->udp_loss_pct = r.loss_pct;
 		return two(r.gbps, "") + " (" + std::to_string(static_cast<int>(r.loss_pct + 0.5)) + "%)";
 	});
-	round_robin(live, "ping", [&](Live& l) {
+	round_robin(live, "ping", ping_step, eta, [&](Live& l) {
 		LatencyStats s = run_ping(topo.a(), l.subject->dst(), rep.pings, tmp.path());
 		l.row->ping_sent = s.sent;
 		l.row->ping_received = s.received;
@@ -301,7 +389,7 @@ int run(const CompareOptions& opt) {
 		l.row->ping_p99_ms = s.p99;
 		return two(s.p50, "") + "/" + two(s.p99, "ms");
 	});
-	round_robin(live, "udp-rr", [&](Live& l) {
+	round_robin(live, "udp-rr", rr_step, eta, [&](Live& l) {
 		LatencyStats s = run_udp_rr(topo.b(), topo.a(), l.subject->dst(), kRrPort, rep.rr_requests);
 		l.row->rr_sent = s.sent;
 		l.row->rr_received = s.received;
@@ -311,7 +399,8 @@ int run(const CompareOptions& opt) {
 		return two(s.p50, "") + "/" + two(s.p99, "ms");
 	});
 
-	std::printf("\n%s", table_text(rep).c_str());
+	rep.measure_s = eta.elapsed();
+	std::printf("measured in %s\n\n%s", duration_text(rep.measure_s).c_str(), table_text(rep).c_str());
 	std::filesystem::create_directories(opt.out_dir);
 	const std::string json = opt.json.empty() ? opt.out_dir + "/compare.json" : opt.json;
 	const std::string csv = opt.csv.empty() ? opt.out_dir + "/compare.csv" : opt.csv;

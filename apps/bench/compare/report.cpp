@@ -81,6 +81,9 @@ std::string xml_escape(const std::string& s) {
 /// first_line() - @s up to its first newline
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
+/// version_text() - the row's version for the table: "?" when unknown
+std::string version_text(const Row& row) { return row.version.empty() ? "?" : row.version; }
+
 const Row* find_row(const Report& r, const std::string& name) {
 	for (const auto& row : r.rows)
 		if (row.name == name) return &row;
@@ -107,34 +110,38 @@ std::vector<Ratio> Report::ratios() const {
 
 std::string table_text(const Report& r) {
 	std::ostringstream t;
-	char line[512];
-	// Columns as wide as the longest name and description (a variant such as
-	// esptun-direct-nowakepoll is longer than the usual ones).
-	int nw = 14, dw = 38;
+	char line[640];
+	// Columns as wide as the longest name, description and version (a
+	// variant such as esptun-direct-nowakepoll is longer than the usual ones).
+	int nw = 14, dw = 38, vw = 7;
 	for (const auto& row : r.rows) {
 		nw = std::max(nw, int(row.name.size()));
 		dw = std::max(dw, int(row.detail.size()));
+		vw = std::max(vw, int(version_text(row).size()));
 	}
-	std::snprintf(line, sizeof line, "%-*s %-*s %7s %7s %14s %13s %13s %9s\n", nw, "subject", dw,
-	              "cipher / mode", "TCP-1", "TCP-4", "UDP-1400", "ping p50/p99", "UDP-RR", "CPU/GB");
+	std::snprintf(line, sizeof line, "%-*s %-*s %-*s %7s %7s %14s %13s %13s %9s\n", nw, "subject", dw,
+	              "cipher / mode", vw, "version", "TCP-1", "TCP-4", "UDP-1400", "ping p50/p99", "UDP-RR",
+	              "CPU/GB");
 	t << line;
-	std::snprintf(line, sizeof line, "%-*s %-*s %7s %7s %14s %13s %13s %9s\n", nw, "", dw, "", "Gbit/s",
-	              "Gbit/s", "Gbit/s (loss)", "ms", "p50/p99 ms", "s");
+	std::snprintf(line, sizeof line, "%-*s %-*s %-*s %7s %7s %14s %13s %13s %9s\n", nw, "", dw, "", vw,
+	              "", "Gbit/s", "Gbit/s", "Gbit/s (loss)", "ms", "p50/p99 ms", "s");
 	t << line;
 	for (const auto& row : r.rows) {
 		if (row.status != "ok") {
-			std::snprintf(line, sizeof line, "%-*s %-*s %s: %s\n", nw, row.name.c_str(), dw,
-			              row.detail.c_str(), row.status.c_str(), first_line(row.reason).c_str());
+			std::snprintf(line, sizeof line, "%-*s %-*s %-*s %s: %s\n", nw, row.name.c_str(), dw,
+			              row.detail.c_str(), vw, version_text(row).c_str(), row.status.c_str(),
+			              first_line(row.reason).c_str());
 			t << line;
 			continue;
 		}
 		std::string udp =
 		    row.udp_gbps ? fmt(row.udp_gbps, 2) + " (" + fmt(row.udp_loss_pct, 0) + "%)" : "-";
-		std::snprintf(
-		    line, sizeof line, "%-*s %-*s %7s %7s %14s %13s %13s %9s\n", nw, row.name.c_str(), dw,
-		    row.detail.c_str(), fmt(row.tcp1_gbps, 2).c_str(), fmt(row.tcp4_gbps, 2).c_str(),
-		    udp.c_str(), pair(row.ping_p50_ms, row.ping_p99_ms, 3).c_str(),
-		    pair(row.rr_p50_ms, row.rr_p99_ms, 3).c_str(), fmt(row.cpu_s_per_gb, 1).c_str());
+		std::snprintf(line, sizeof line, "%-*s %-*s %-*s %7s %7s %14s %13s %13s %9s\n", nw,
+		              row.name.c_str(), dw, row.detail.c_str(), vw, version_text(row).c_str(),
+		              fmt(row.tcp1_gbps, 2).c_str(), fmt(row.tcp4_gbps, 2).c_str(), udp.c_str(),
+		              pair(row.ping_p50_ms, row.ping_p99_ms, 3).c_str(),
+		              pair(row.rr_p50_ms, row.rr_p99_ms, 3).c_str(),
+		              fmt(row.cpu_s_per_gb, 1).c_str());
 		t << line;
 	}
 	auto ratios = r.ratios();
@@ -177,12 +184,15 @@ std::string json_text(const Report& r) {
 	  << "  \"duration_s\": " << r.duration_s << ",\n"
 	  << "  \"pings\": " << r.pings << ",\n"
 	  << "  \"udp_rr_requests\": " << r.rr_requests << ",\n"
+	  << "  \"measure_s\": " << json_number(r.measure_s) << ",\n"
 	  << "  \"subjects\": [";
 	for (size_t i = 0; i < r.rows.size(); i++) {
 		const Row& row = r.rows[i];
 		j << (i ? "," : "") << "\n    {\"name\": " << json_string(row.name)
 		  << ", \"detail\": " << json_string(row.detail)
-		  << ", \"status\": " << json_string(row.status)
+		  << ",\n     \"version\": " << json_string(row.version)
+		  << ", \"program\": " << json_string(row.program)
+		  << ",\n     \"status\": " << json_string(row.status)
 		  << ", \"reason\": " << json_string(row.reason)
 		  << ",\n     \"tcp1_gbps\": " << json_number(row.tcp1_gbps)
 		  << ", \"tcp4_gbps\": " << json_number(row.tcp4_gbps)
@@ -211,13 +221,15 @@ std::string json_text(const Report& r) {
 
 std::string csv_text(const Report& r) {
 	std::ostringstream c;
-	c << "subject,detail,status,tcp1_gbps,tcp4_gbps,udp1400_gbps,udp1400_loss_pct,ping_p50_ms,ping_p99_"
+	c << "subject,detail,version,program,status,tcp1_gbps,tcp4_gbps,udp1400_gbps,udp1400_loss_pct,ping_"
+	     "p50_ms,ping_p99_"
 	     "ms,"
 	     "udp_rr_p50_ms,udp_rr_p99_ms,cpu_s_per_gb,reason\n";
 	auto num = [](const std::optional<double>& v) { return v ? fmt(v, 4) : std::string(); };
 	for (const auto& row : r.rows)
-		c << csv_field(row.name) << "," << csv_field(row.detail) << "," << csv_field(row.status)
-		  << "," << num(row.tcp1_gbps) << "," << num(row.tcp4_gbps) << "," << num(row.udp_gbps) << ","
+		c << csv_field(row.name) << "," << csv_field(row.detail) << "," << csv_field(row.version)
+		  << "," << csv_field(row.program) << "," << csv_field(row.status) << ","
+		  << num(row.tcp1_gbps) << "," << num(row.tcp4_gbps) << "," << num(row.udp_gbps) << ","
 		  << num(row.udp_loss_pct) << "," << num(row.ping_p50_ms) << "," << num(row.ping_p99_ms)
 		  << "," << num(row.rr_p50_ms) << "," << num(row.rr_p99_ms) << "," << num(row.cpu_s_per_gb)
 		  << "," << csv_field(first_line(row.reason)) << "\n";
@@ -228,7 +240,14 @@ std::string svg_text(const Report& r) {
 	// Layout: a label column, then the throughput panel (log10 scale from
 	// 0.1 to the next power of ten above the largest figure), then the
 	// latency panel (linear, 0 to the largest p99 rounded up).
-	constexpr double kLabelW = 150, kPanelW = 330, kGap = 40, kRowH = 40, kTop = 70, kBarH = 13;
+	constexpr double kPanelW = 330, kGap = 40, kRowH = 40, kTop = 70, kBarH = 13;
+	// The label column fits the longest name (bold 12 px: about 7.5 px a
+	// character) and, below it in 10 px, the version.
+	double label_w = 150;
+	for (const auto& row : r.rows)
+		label_w = std::max({label_w, 20 + 7.5 * static_cast<double>(row.name.size()),
+		                    20 + 5.5 * static_cast<double>(version_text(row).size())});
+	const double kLabelW = std::ceil(label_w);
 	const double tx = kLabelW, lx = kLabelW + kPanelW + kGap;
 	const double height = kTop + kRowH * static_cast<double>(r.rows.size()) + 60;
 	const double width = lx + kPanelW + 30;
@@ -315,8 +334,12 @@ std::string svg_text(const Report& r) {
 		              "<g class=\"subject\" data-subject=\"%s\" data-status=\"%s\">\n",
 		              xml_escape(row.name).c_str(), xml_escape(row.status).c_str());
 		s << buf;
-		std::snprintf(buf, sizeof buf, "<text x=\"10\" y=\"%.0f\" font-weight=\"bold\">%s</text>\n",
-		              y + 16, xml_escape(row.name).c_str());
+		std::snprintf(buf, sizeof buf,
+		              "<text x=\"10\" y=\"%.0f\" font-weight=\"bold\">%s</text>\n"
+		              "<text class=\"version\" x=\"10\" y=\"%.0f\" font-size=\"10\" "
+		              "fill=\"#555\">%s</text>\n",
+		              y + 16, xml_escape(row.name).c_str(), y + 29,
+		              xml_escape(version_text(row)).c_str());
 		s << buf;
 		if (row.status != "ok") {
 			std::snprintf(buf, sizeof buf,

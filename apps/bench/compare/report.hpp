@@ -11,6 +11,8 @@ namespace esptun::bench::compare {
 /// Row - one subject's results; a missing figure is std::nullopt ("-").
 struct Row {
 	std::string name, detail;
+	std::string version;       ///< of what is measured: "v0.0.20250522", "linux 6.1.0"; "" unknown
+	std::string program;       ///< path of the program doing the tunnel work; "" for the kernel
 	std::string status = "ok"; ///< ok | not installed | skipped | failed
 	std::string reason;        ///< why not ok
 	std::optional<double> tcp1_gbps, tcp4_gbps, udp_gbps, udp_loss_pct;
@@ -35,6 +37,7 @@ struct Report {
 	bool quick = false;
 	unsigned duration_s = 0;
 	unsigned pings = 0, rr_requests = 0;
+	double measure_s = 0;                    ///< wall-clock seconds the tests took (start-up excluded)
 	std::string reference = "esptun-direct"; ///< the esptun row ratios are taken from
 	std::vector<Row> rows;
 

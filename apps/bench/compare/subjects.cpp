@@ -2,6 +2,7 @@
 #include "apps/bench/compare/subjects.hpp"
 
 #include "apps/bench/compare/keys.hpp"
+#include "apps/bench/compare/subject_helpers.hpp"
 #include "apps/bench/lab/ping.hpp"
 #include "apps/bench/lab/sa_keys.hpp"
 #include "apps/bench/lab/temp_dir.hpp"
@@ -16,8 +17,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sched.h>
+#include <set>
 #include <sstream>
 #include <sys/mount.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 namespace esptun::bench::compare {
@@ -27,7 +30,6 @@ namespace {
 
 using State = Availability::State;
 
-constexpr const char* kEspCipher = "aes256-gcm";
 constexpr const char* kCharon = "/usr/lib/ipsec/charon";
 constexpr const char* kLibipsecPlugin = "/usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so";
 constexpr const char* kGcmPlugin = "/usr/lib/ipsec/plugins/libstrongswan-gcm.so";
@@ -71,10 +73,28 @@ Child spawn_logged(const std::string& netns, const std::vector<std::string>& arg
 	});
 }
 
-/// ip_in() - `ip -n NS ARGS...`; throws on failure
-void ip_in(const SubjectEnv& env, const std::string& ns, std::vector<std::string> args) {
-	args.insert(args.begin(), {"ip", "-n", ns});
-	run_in("", args, env.scratch);
+/// word_after() - the word that follows @prefix in @text ("" when @prefix is absent)
+std::string word_after(const std::string& text, const std::string& prefix) {
+	auto at = text.find(prefix);
+	if (at == std::string::npos) return "";
+	at += prefix.size();
+	auto end = text.find_first_of(" \t\r\n", at);
+	return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+/// version_word() - the word after @prefix in what `@argv` prints on stdout
+/// and stderr (exit status ignored: swanctl --version also asks a daemon)
+std::string version_word(const std::vector<std::string>& argv, const std::string& prefix,
+                         const SubjectEnv& env) {
+	try {
+		CmdResult r = capture("", argv, Millis(5000), env.scratch);
+		std::string v = word_after(r.out, prefix);
+		return v.empty() ? word_after(r.err, prefix) : v;
+	} catch (const Interrupted&) {
+		throw;
+	} catch (const std::exception&) {
+		return "";
+	}
 }
 
 // --- plain veth: the ceiling ------------------------------------------------
@@ -83,6 +103,7 @@ class VethSubject : public Subject {
 public:
 	VethSubject() : Subject("veth", "no tunnel") {}
 	Availability availability(const SubjectEnv&) const override { return {}; }
+	std::string version(const SubjectEnv&) const override { return kernel_version(); }
 	std::string dst() const override { return kUnderB; }
 	std::string src() const override { return kUnderA; }
 	bool has_tunnel() const override { return false; }
@@ -128,6 +149,11 @@ public:
 		}
 		return {};
 	}
+	/// version() - what `esptun-gateway --version` says ("0.1.0")
+	std::string version(const SubjectEnv& env) const override {
+		return version_word({env.gateway, "--version"}, "esptun-gateway ", env);
+	}
+	std::string program(const SubjectEnv& env) const override { return env.gateway; }
 
 protected:
 	void bring_up(const SubjectEnv& env) override {
@@ -191,28 +217,47 @@ private:
 
 // --- wireguard-go, configured with wg(8) --------------------------------------
 
+/// offload_note() - whether a wireguard-go of @version batches through TUN
+/// and UDP offloads: TCP segmentation/GRO on the tun came in March 2023, UDP
+/// GSO/GRO in October 2023; the first tag after them is 0.0.20250515.
+std::string offload_note(const std::string& version) {
+	unsigned date = 0;
+	if (std::sscanf(version.c_str(), "v0.0.%u", &date) != 1 || date < 20000000) return "";
+	return date > 20230223 ? ", TUN/UDP offloads" : ", no offloads";
+}
+
 class WireguardSubject : public Subject {
 public:
-	WireguardSubject() : Subject("wireguard-go", "chacha20-poly1305, no offloads") {}
+	/// @index: 0 for the first build (10.99.3.0/24, port 51820), 1.. for
+	/// further ones (10.99.21.0/24 and port 51821 on)
+	WireguardSubject(WireguardGo build, std::string name, int index)
+	    : Subject(std::move(name), "chacha20-poly1305" + offload_note(build.version)),
+	      build_(std::move(build)), index_(index) {}
 	~WireguardSubject() override {
 		stop_processes();
 		for (const auto& s : sockets_)
 			unlink(s.c_str()); // wireguard-go removes it on SIGTERM; not after SIGKILL
 	}
-	std::string dst() const override { return "10.99.3.2"; }
-	std::string src() const override { return "10.99.3.1"; }
+	std::string family() const override { return "wireguard-go"; }
+	std::string dst() const override { return net() + "2"; }
+	std::string src() const override { return net() + "1"; }
 
 	Availability availability(const SubjectEnv&) const override {
-		if (find_program("wireguard-go").empty())
+		if (build_.path.empty())
 			return not_installed("wireguard-go not found in PATH (package wireguard-go)");
+		if (access(build_.path.c_str(), X_OK) != 0)
+			return not_installed(build_.path + " is not an executable program");
 		if (find_program("wg").empty())
 			return not_installed("wg not found in PATH (package wireguard-tools)");
 		return {};
 	}
+	std::string version(const SubjectEnv&) const override { return build_.version; }
+	std::string program(const SubjectEnv&) const override { return build_.path; }
 
 protected:
 	void bring_up(const SubjectEnv& env) override {
 		const lab::NetnsPair& t = *env.topo;
+		const std::string port = std::to_string(51820 + index_);
 		WgKeyPair ka = make_wg_keys(), kb = make_wg_keys();
 		struct Side {
 			const std::string& ns;
@@ -223,27 +268,32 @@ protected:
 		for (const Side& s : sides) {
 			// The UAPI socket lives in /var/run/wireguard, shared by all
 			// namespaces: the interface name must be unique on the machine.
-			const std::string dev = "cwg" + env.run_id + s.tag;
-			const std::string base = env.scratch + "/wireguard-go-" + s.tag;
+			const std::string dev =
+			    (index_ == 0 ? std::string("cwg") : "cw" + std::to_string(index_)) + env.run_id +
+			    s.tag;
+			const std::string base = env.scratch + "/" + name() + "-" + s.tag;
 			const std::string sock = "/var/run/wireguard/" + dev + ".sock";
-			keep(spawn_logged(s.ns, {find_program("wireguard-go"), "-f", dev}, base + ".log"),
-			     base + ".log");
+			keep(spawn_logged(s.ns, {build_.path, "-f", dev}, base + ".log"), base + ".log");
 			sockets_.push_back(sock);
 			wait_for_file(sock, Millis(10000), *this);
 			write_private_file(base + ".key", s.self.private_b64 + "\n");
 			run_in(s.ns,
-			       {"wg", "set", dev, "listen-port", "51820", "private-key", base + ".key",
-			        "peer", s.peer.public_b64, "allowed-ips",
-			        s.tag == 'a' ? "10.99.3.2/32" : "10.99.3.1/32", "endpoint",
-			        std::string(s.peer_under) + ":51820"},
+			       {"wg", "set", dev, "listen-port", port, "private-key", base + ".key", "peer",
+			        s.peer.public_b64, "allowed-ips", net() + (s.tag == 'a' ? "2/32" : "1/32"),
+			        "endpoint", std::string(s.peer_under) + ":" + port},
 			       env.scratch);
 			ip_in(env, s.ns,
-			      {"addr", "add", s.tag == 'a' ? "10.99.3.1/24" : "10.99.3.2/24", "dev", dev});
+			      {"addr", "add", net() + (s.tag == 'a' ? "1/24" : "2/24"), "dev", dev});
 			ip_in(env, s.ns, {"link", "set", dev, "mtu", "1420", "up"});
 		}
 	}
 
 private:
+	/// net() - "10.99.N." of this build's inner subnet
+	std::string net() const { return "10.99." + std::to_string(index_ == 0 ? 3 : 20 + index_) + "."; }
+
+	WireguardGo build_;
+	int index_;
 	std::vector<std::string> sockets_;
 };
 
@@ -274,6 +324,11 @@ public:
 			                            std::to_string(minor) + " found; 2.6 or later needed"};
 		return {};
 	}
+	/// version() - from `openvpn --version` ("2.6.14")
+	std::string version(const SubjectEnv& env) const override {
+		return version_word({"openvpn", "--version"}, "OpenVPN ", env);
+	}
+	std::string program(const SubjectEnv&) const override { return find_program("openvpn"); }
 
 protected:
 	void bring_up(const SubjectEnv& env) override {
@@ -338,6 +393,12 @@ public:
 			return not_installed("swanctl not found in PATH (package strongswan-swanctl)");
 		return {};
 	}
+	/// version() - strongSwan's release as `swanctl --version` prints it
+	/// ("5.9.8"); charon itself has no version option
+	std::string version(const SubjectEnv& env) const override {
+		return version_word({"swanctl", "--version"}, "strongSwan ", env);
+	}
+	std::string program(const SubjectEnv&) const override { return kCharon; }
 
 protected:
 	void bring_up(const SubjectEnv& env) override {
@@ -416,6 +477,34 @@ protected:
 };
 
 } // namespace
+
+void ip_in(const SubjectEnv& env, const std::string& ns, std::vector<std::string> args) {
+	args.insert(args.begin(), {"ip", "-n", ns});
+	run_in("", args, env.scratch);
+}
+
+std::string kernel_version() {
+	utsname u{};
+	uname(&u);
+	return std::string("linux ") + u.release;
+}
+
+std::string first_line_of(const std::string& s) {
+	std::string line = s.substr(0, s.find('\n'));
+	if (!line.empty() && line.back() == '\r') line.pop_back();
+	return line;
+}
+
+std::string wireguard_go_version(const std::string& path, const std::string& scratch) {
+	try {
+		CmdResult r = capture("", {path, "--version"}, Millis(5000), scratch);
+		return word_after(r.out, "wireguard-go ");
+	} catch (const Interrupted&) {
+		throw;
+	} catch (const std::exception&) {
+		return "";
+	}
+}
 
 void Subject::start(const SubjectEnv& env) {
 	try {
@@ -506,17 +595,33 @@ void Subject::keep(Child c, const std::string& log) {
 	logs_.push_back(log);
 }
 
-std::vector<std::unique_ptr<Subject>> make_subjects() {
+std::vector<std::unique_ptr<Subject>> make_subjects(const SubjectOptions& opt) {
 	std::vector<std::unique_ptr<Subject>> v;
 	v.push_back(std::make_unique<VethSubject>());
 	v.push_back(std::make_unique<EsptunSubject>("direct", 1, 4501));
 	v.push_back(std::make_unique<EsptunSubject>("vhost", 2, 4502));
 	v.push_back(EsptunSubject::variant("direct", "busypoll", "busy_poll_us = 50", 'p', 7, 4507));
 	v.push_back(EsptunSubject::variant("direct", "nowakepoll", "wake_poll_us = 0", 'n', 8, 4508));
-	v.push_back(std::make_unique<WireguardSubject>());
+	const std::vector<WireguardGo> wgs =
+	    opt.wireguard_go.empty() ? std::vector<WireguardGo>{{find_program("wireguard-go"), ""}}
+	                             : opt.wireguard_go;
+	std::set<std::string> wg_names;
+	for (size_t i = 0; i < wgs.size(); i++) {
+		std::string name = "wireguard-go";
+		if (wgs.size() > 1) {
+			std::string tag = wgs[i].version;
+			if (!tag.empty() && tag[0] == 'v') tag.erase(0, 1);
+			name += "-" + (tag.empty() || wg_names.count(name + "-" + tag) ? std::to_string(i + 1)
+			                                                               : tag);
+		}
+		wg_names.insert(name);
+		v.push_back(std::make_unique<WireguardSubject>(wgs[i], name, static_cast<int>(i)));
+	}
 	v.push_back(std::make_unique<OpenvpnSubject>(true));
 	v.push_back(std::make_unique<OpenvpnSubject>(false));
 	v.push_back(std::make_unique<StrongswanSubject>());
+	v.push_back(make_kernel_wireguard());
+	v.push_back(make_kernel_esp());
 	return v;
 }
 

@@ -11,6 +11,10 @@
 //   openvpn-gcm    10.99.4.1 / .2       1194            openvpn x2 (TLS, AES-256-GCM)
 //   openvpn-cbc    10.99.5.1 / .2       1195            openvpn x2 (static key, AES-128-CBC+SHA1)
 //   strongswan     10.99.6.1 / .2       500, 4500       charon x2 (kernel-libipsec)
+//   kernel-wireguard 10.99.9.1 / .2     51830           none: the kernel's wireguard module
+//   kernel-esp     10.99.10.1 / .2      - (plain ESP)   none: the kernel's XFRM with esp4
+//   wireguard-go #2..#4 (a further --wireguard-go)
+//                  10.99.21-23.1 / .2   51821-51823     wireguard-go x2
 #pragma once
 
 #include "apps/bench/lab/command.hpp"
@@ -49,6 +53,18 @@ struct SubjectEnv {
 	std::string gateway; ///< path of esptun-gateway
 };
 
+/// WireguardGo - one wireguard-go build to measure (--wireguard-go PATH).
+struct WireguardGo {
+	std::string path;    ///< the program
+	std::string version; ///< what its --version says ("v0.0.20250522"); empty: unknown
+};
+
+/// SubjectOptions - what the command line chooses about the subjects.
+struct SubjectOptions {
+	/// wireguard-go builds, in table order; empty: the one in PATH
+	std::vector<WireguardGo> wireguard_go;
+};
+
 /// Availability - can the subject run on this machine?
 struct Availability {
 	enum class State { ok, not_installed, skipped };
@@ -78,8 +94,13 @@ public:
 	/// in_default_set() - measured without --peers (false: only when named)
 	virtual bool in_default_set() const { return true; }
 
-	/// availability() - installed and usable here? (no side effects)
+	/// availability() - installed and usable here? Side effects stay inside
+	/// the run's own namespaces (a kernel subject tries its link or SA there).
 	virtual Availability availability(const SubjectEnv& env) const = 0;
+	/// version() - the version of what is measured ("" when it cannot be told)
+	virtual std::string version(const SubjectEnv& env) const = 0;
+	/// program() - the program that does the tunnel work ("" for the kernel)
+	virtual std::string program(const SubjectEnv&) const { return ""; }
 	/// start() - bring the tunnel up; throws with the logs when it cannot
 	void start(const SubjectEnv& env);
 	/// dst() - the address in B that traffic from A is sent to
@@ -88,8 +109,12 @@ public:
 	virtual std::string src() const = 0;
 	/// tunnel_pids() - the processes doing this subject's tunnel work
 	std::vector<pid_t> tunnel_pids() const;
-	/// has_tunnel() - false only for plain veth (no CPU figure)
+	/// has_tunnel() - false only for plain veth (not a peer in the ratios)
 	virtual bool has_tunnel() const { return true; }
+	/// counts_cpu() - the tunnel's work is done by processes whose CPU time
+	/// can be read (false for veth and for the kernel's own tunnels, whose
+	/// work runs in softirq and kernel threads shared with everything else)
+	virtual bool counts_cpu() const { return has_tunnel(); }
 	/// check_alive() - throw when one of the tunnel processes has exited
 	void check_alive();
 	/// logs_tail() - the end of each process's log, for failure reports
@@ -111,8 +136,19 @@ private:
 
 /**
  * make_subjects() - every subject, in table order: veth, esptun-direct,
- * esptun-vhost, wireguard-go, openvpn-gcm, openvpn-cbc, strongswan
+ * esptun-vhost, the esptun variants, wireguard-go (one row per build in
+ * @opt), openvpn-gcm, openvpn-cbc, strongswan, kernel-wireguard, kernel-esp
+ *
+ * One wireguard-go build is the row "wireguard-go"; with several, each row
+ * is named after its version ("wireguard-go-0.0.20250522"), or numbered when
+ * the versions do not tell them apart.
  */
-std::vector<std::unique_ptr<Subject>> make_subjects();
+std::vector<std::unique_ptr<Subject>> make_subjects(const SubjectOptions& opt);
+
+/**
+ * wireguard_go_version() - the version @path reports with --version
+ * ("v0.0.20250522"), or "" when it reports none
+ */
+std::string wireguard_go_version(const std::string& path, const std::string& scratch);
 
 } // namespace esptun::bench::compare
