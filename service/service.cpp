@@ -14,6 +14,7 @@
 #include "service/control_loop.hpp"
 #include "service/ike_service.hpp"
 #include "service/log.hpp"
+#include "service/notify.hpp"
 #include "service/privileges.hpp"
 #include "service/seq_state.hpp"
 #include "service/tun_port_choice.hpp"
@@ -254,9 +255,13 @@ void run_service(const conf::Config& config, const std::string& program) {
 	WorkerThreads threads(workers, loop.io, loop.stop.get());
 	SeqRefresh seq_refresh(loop.io, table, seq_state);
 	if (ike) ike->start();
+	Watchdog watchdog(loop.io); // systemd's WatchdogSec, if set
 	log_up(config, info);
+	notify_ready(info.interface + " up, listening on " + info.listen + ", " +
+	             std::to_string(config.peers.size()) + " peer(s)");
 	// 10. Forward until a signal or a failed worker stops the loop.
 	loop.io.run();
+	notify_stopping();
 	shut_down(ike.get(), threads, seq_state, info);
 }
 
