@@ -11,8 +11,12 @@
 # are packaged and build folders are not.
 # Environment: JOBS (default: the number of CPUs) compile jobs.
 set -euo pipefail
+if [[ "${1:-}" == -* ]]; then
+	echo "usage: build-deb.sh [OUTDIR]   (default build/deb)" >&2
+	exit 2
+fi
 cd "$(dirname "$0")/.."
-out=$(realpath -m "${1:-build/deb}")
+out=$(realpath -m -- "${1:-build/deb}")
 jobs=${JOBS:-$(nproc)}
 work=$(mktemp -d /tmp/esptun-deb.XXXXXX)
 trap 'rm -rf "$work"' EXIT
