@@ -20,19 +20,23 @@ esac
 # Build: compiler, CMake, and the libraries the tree links against.
 # libseccomp-dev: the system call allow-list after the privilege drop
 # (platform/privileges.cpp); libseccomp checks the architecture and builds
-# the filter program, which raw BPF would leave to us.
-build_pkgs=(g++ cmake make pkg-config libssl-dev liburing-dev libseccomp-dev libasio-dev libtomlplusplus-dev
-	doctest-dev)
+# the filter program, which raw BPF would leave to us. libsystemd-dev:
+# sd_notify(3) for the units' Type=notify and watchdog (service/notify.cpp).
+build_pkgs=(g++ cmake make pkg-config libssl-dev liburing-dev libseccomp-dev libsystemd-dev libasio-dev
+	libtomlplusplus-dev doctest-dev)
 # Tests: namespaces and addresses (iproute2), traffic (iperf3, ping), the
 # scapy interop peer, clang + its runtimes for the fuzz build and
 # clang-format, and pgrep/sysctl (procps). openresolv (the resolvconf that
 # tests/netns/test_ike_dns.py applies client DNS servers through) is added
 # below unless the machine has another resolver manager it conflicts with.
-# dpkg-dev (dpkg-shlibdeps) and groff-base: tests/package/test_deb.py builds
-# the Debian package and renders its man pages; python3-prometheus-client's
-# parser reads `status --format prometheus` in tests/netns/test_cli.py.
+# The Debian package (scripts/build-deb.sh, tests/package/test_deb.py):
+# dpkg-dev and debhelper build it, lintian checks it, groff-base and man-db
+# render its man pages (systemd-analyze verify looks up the units'
+# Documentation= pages with man), bash-completion runs its completion.
+# python3-prometheus-client's parser reads `status --format prometheus` in
+# tests/netns/test_cli.py.
 test_pkgs=(iproute2 iperf3 iputils-ping python3-scapy clang clang-format libclang-rt-14-dev procps git
-	dpkg-dev groff-base python3-prometheus-client)
+	dpkg-dev debhelper lintian groff-base man-db bash-completion python3-prometheus-client)
 # `esptun-bench compare` peers: userspace WireGuard (wireguard-go, configured
 # with wg), OpenVPN 2.6, and strongSwan's charon with kernel-libipsec (the
 # standard plugins bring the gcm and openssl crypto libipsec's AES-GCM needs).

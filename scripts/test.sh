@@ -9,7 +9,11 @@
 #                          too); each fuzz-* target runs
 #                          ESPTUN_FUZZ_SECONDS (default 20) over a copy of
 #                          tests/fuzz/corpus/<name>/
-#   5. format              clang-format --dry-run --Werror (check-format.sh)
+#   5. build/deb/          the Debian package (scripts/build-deb.sh, after 4,
+#                          in the background at nice 19), then ctest -L
+#                          package on it (lintian, install, purge), also in
+#                          the background; its result is collected after 4
+#   6. format              clang-format --dry-run --Werror (check-format.sh)
 # `test.sh --setup-only` runs step 1 and stops (tests/package/
 # test_readme_commands.py runs the README's commands that way, as CI itself
 # is a run of this script).
@@ -151,6 +155,47 @@ background_builds() {
 	echo $? >"$logdir/build-fuzz.rc"
 }
 
+# package_chain() - step 5, at nice 19 like background_builds and after it,
+# so the VM tests, which wait for those builds, never wait for this one:
+# build the Debian package into build/deb, then `ctest -L package` (lintian,
+# install, purge: tests/package/test_deb.py), which needs build/ too. Logs
+# and exit statuses in $logdir/{build-deb,package}.{log,rc}.
+package_chain() {
+	while [[ ! -s "$logdir/build-fuzz.rc" ]] && kill -0 "$bg_pid" 2>/dev/null; do
+		sleep 5
+	done
+	JOBS=$jobs scripts/build-deb.sh build/deb >"$logdir/build-deb.log" 2>&1
+	echo $? >"$logdir/build-deb.rc"
+	if [[ "$(cat "$logdir/build-deb.rc")" == 0 && -x build/esptun-gateway ]]; then
+		ctest --test-dir build --output-on-failure --no-tests=error -L package \
+			>"$logdir/package.log" 2>&1
+		echo $? >"$logdir/package.rc"
+	fi
+}
+
+# finish_package() - wait for package_chain and record its package build and
+# package test as steps; $1: when the chain was started
+finish_package() {
+	local rc closing
+	wait "$pkg_pid"
+	[[ -s "$logdir/build-deb.rc" ]] || echo 1 >"$logdir/build-deb.rc"
+	rc=$(cat "$logdir/build-deb.rc")
+	if ((rc != 0)); then
+		echo "--- build-deb failed; end of its log:"
+		tail -n 80 "$logdir/build-deb.log"
+	else
+		grep -E '^build-deb.sh: dpkg-buildpackage took' "$logdir/build-deb.log"
+	fi
+	record "$rc" "build-deb (background, from build to here)" "$1"
+	[[ -s "$logdir/package.rc" ]] || return 0
+	echo
+	echo "=== ctest build/ -L package (background): its output"
+	cat "$logdir/package.log"
+	closing=$(grep -E '^[0-9]+% tests passed' "$logdir/package.log" | tail -n 1)
+	[[ -n "$closing" ]] && ctest_closing+="  build (package): $closing"$'\n'
+	record "$(cat "$logdir/package.rc")" "ctest build/ -L package (background)" "$1"
+}
+
 # finish_background() - wait for background_builds and record its two builds
 # as steps (with the end of the log of a failed one); $1: when they started
 finish_background() {
@@ -182,13 +227,20 @@ if step "build (Werror)" bash -c \
 		background_builds
 	) &
 	bg_pid=$!
-	step "ctest build/ (unit, interop, netns, bench)" run_ctest build -LE vm
+	(
+		renice -n 19 -p "$BASHPID" >/dev/null
+		package_chain
+	) &
+	pkg_pid=$!
+	step "ctest build/ (unit, interop, netns, bench)" run_ctest build -LE 'vm|package'
 	finish_background "$bg_start"
 	step "ctest build/ -L vm (qemu, quiet machine)" run_ctest build -L vm
 else
 	bg_start=$(date +%s)
 	background_builds &
 	bg_pid=$!
+	package_chain &
+	pkg_pid=$!
 	finish_background "$bg_start"
 fi
 
@@ -202,6 +254,8 @@ fi
 if [[ "$(cat "$logdir/build-fuzz.rc")" == 0 ]]; then
 	step "fuzz (${fuzz_seconds}s per target)" run_fuzzers
 fi
+
+finish_package "$bg_start"
 
 step "format (clang-format)" scripts/check-format.sh
 

@@ -16,6 +16,7 @@
 #include "service/ike_service.hpp"
 #include "service/json.hpp"
 #include "service/log.hpp"
+#include "service/notify.hpp"
 #include "service/privileges.hpp"
 #include "service/reload.hpp"
 #include "service/seq_state.hpp"
@@ -213,6 +214,12 @@ std::unique_ptr<ConfigReader> open_config_reader(const conf::Config& config) {
 std::string reload_answer(Reloader& reloader, const std::string& who) {
 	JsonWriter j;
 	j.begin_object();
+	// systemd (Type=notify) learns a reload runs and when it ended: systemctl
+	// reload returns only then (sd_notify(3), RELOADING=1 ... READY=1).
+	notify_reloading();
+	struct Ready {
+		~Ready() { notify_ready(); }
+	} ready_again;
 	try {
 		const std::string what = reloader.reload();
 		log::info("reload (" + who + "): " + what);
@@ -306,9 +313,13 @@ void run_service(const conf::Config& config, const std::string& program) {
 	WorkerThreads threads(workers, loop.io, loop.stop.get());
 	SeqRefresh seq_refresh(loop.io, table, seq_state);
 	if (ike) ike->start();
+	Watchdog watchdog(loop.io); // systemd's WatchdogSec, if set
 	log_up(config, info);
+	notify_ready(info.interface + " up, listening on " + info.listen + ", " +
+	             std::to_string(config.peers.size()) + " peer(s)");
 	// 10. Forward until a signal or a failed worker stops the loop.
 	loop.io.run();
+	notify_stopping();
 	shut_down(ike.get(), threads, seq_state, info);
 }
 

@@ -23,7 +23,8 @@ void usage(std::FILE* to) {
 	             "%s"
 	             "%s"
 	             "%s"
-	             "  help                  this text\n",
+	             "  help                  this text\n"
+	             "  --version             print the version\n",
 	             esptun::bench::demo::kDemoUsage, esptun::bench::vhost_counts::kVhostCountsUsage,
 	             esptun::bench::crypto_bench::kCryptoBenchUsage, esptun::bench::compare::kCompareUsage,
 	             esptun::bench::udp_engines::kUdpEnginesUsage);
@@ -44,6 +45,10 @@ int main(int argc, char** argv) {
 	if (cmd == "compare") return esptun::bench::compare::run_compare(args);
 	if (cmd == "vhost-counts") return esptun::bench::vhost_counts::run_vhost_counts(args);
 	if (cmd == "udp-engines") return esptun::bench::udp_engines::run_udp_engines(args);
+	if (cmd == "--version") {
+		std::printf("esptun-bench %s\n", ESPTUN_VERSION);
+		return 0;
+	}
 	if (cmd == "help" || cmd == "-h" || cmd == "--help") {
 		usage(stdout);
 		return 0;

@@ -15,9 +15,9 @@ ordered pair of folders (tests/layering/CMakeLists.txt) and checks that
   - the table and the build list the same folders,
 
 and that the system headers some folders own (Linux uapi and liburing in
-platform/, Asio in service/, toml++ in conf/) appear nowhere else, since they
-live in /usr/include where no include view can hide them. It also refuses
-`#include "../...`, which would walk around the views.
+platform/, Asio and libsystemd in service/, toml++ in conf/) appear nowhere
+else, since they live in /usr/include where no include view can hide them.
+It also refuses `#include "../...`, which would walk around the views.
 
 Usage: check_layering.py --build-dir B --source-dir S --manifest B/tests/layering/probes.txt
 Exit status 0 when everything holds; the last line counts checks passed and failed.
@@ -37,6 +37,7 @@ OWNED_SYSTEM_HEADERS = [
     (re.compile(r'#include\s*<liburing'), 'platform'),
     (re.compile(r'#include\s*<(seccomp\.h|sys/capability\.h|cap-ng\.h)'), 'platform'),
     (re.compile(r'#include\s*<asio'), 'service'),
+    (re.compile(r'#include\s*<systemd/'), 'service'),
     (re.compile(r'#include\s*<toml\+\+/'), 'conf'),
 ]
 SOURCE_DIRS = ['base', 'crypto', 'tunnel', 'ike', 'virtio', 'platform', 'conf', 'datapath', 'service', 'apps']
@@ -107,7 +108,7 @@ def check_sources(source_dir, fail, ok):
                         found += 1
                         fail(f'{rel}:{n}: {line.strip()} belongs to {owner}/ only')
     if not found:
-        ok('owned system headers (<linux/*>, liburing, seccomp and capabilities, Asio, toml++) and "../" includes')
+        ok('owned system headers (<linux/*>, liburing, seccomp and capabilities, Asio, libsystemd, toml++) and "../" includes')
 
 
 def main():
