@@ -236,8 +236,15 @@ def check_units(rep, tmp):
         execs = re.findall(r"^ExecStart(?:Pre)?=(\S+)", text, re.M)
         rep.check(execs and all(e == f"/usr/bin/{prog}" for e in execs),
                   f"{unit} runs /usr/bin/{prog}", str(execs))
-        for want in ("Type=notify", "WatchdogSec=", "ExecReload=/bin/kill -HUP $MAINPID"):
+        for want in ("Type=notify", "WatchdogSec="):
             rep.check(re.search(rf"^{re.escape(want)}", text, re.M), f"{unit}: {want}")
+        # The gateway reloads on SIGHUP; a client does not, so `systemctl
+        # reload` must not be offered for it.
+        reload = re.search(r"^ExecReload=/bin/kill -HUP \$MAINPID$", text, re.M)
+        if prog == "esptun-gateway":
+            rep.check(reload, f"{unit}: ExecReload= sends SIGHUP")
+        else:
+            rep.check(not re.search(r"^ExecReload=", text, re.M), f"{unit}: no ExecReload=")
         # An instance of the template, verified where it is installed; with
         # the default --man=yes, so its Documentation= pages must exist.
         ok, detail = verify(f"{unit.replace('@', '@pkgtest')}")
