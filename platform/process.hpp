@@ -1,8 +1,32 @@
 // Process-wide protection of the key material a running endpoint holds in
-// memory (issue 16, key hygiene): no core dump may carry it to disk.
+// memory (issue 16, key hygiene): no core dump may carry it to disk. And the
+// fork of the small root helpers an endpoint keeps after it drops its
+// privileges (service/dns_helper.hpp, service/config_reader.hpp).
 #pragma once
 
+#include <functional>
+#include <sys/types.h>
+
 namespace esptun::platform {
+
+/// A helper process and the parent's end of the socket pair joining them.
+struct HelperProcess {
+	int fd = -1;
+	pid_t pid = 0;
+};
+
+/**
+ * fork_helper() - a child process joined to this one by a socket pair
+ * @socket_type: SOCK_STREAM or SOCK_SEQPACKET (AF_UNIX, close-on-exec)
+ * @what:        names the helper in errors, e.g. "DNS helper"
+ * @child_main:  runs in the child with its end of the pair and the parent's
+ *               pid; must not return (it ends the child with _exit)
+ *
+ * Call while the process has one thread. Throws SystemError when
+ * socketpair() or fork() fails (nothing is left open then).
+ */
+HelperProcess fork_helper(int socket_type, const char* what,
+                          const std::function<void(int fd, pid_t parent)>& child_main);
 
 /**
  * disable_core_dumps() - make this process non-dumpable: prctl(PR_SET_DUMPABLE, 0)

@@ -9,6 +9,8 @@
 //    timeout), decodes it, and runs load_config() over a ReplayFileSource.
 #include "service/config_reader.hpp"
 
+#include "platform/process.hpp"
+
 #include "base/bytes.hpp"
 #include "base/error.hpp"
 
@@ -230,23 +232,10 @@ std::vector<conf::FileRecord> decode_body(std::span<const uint8_t> body, const s
 
 std::unique_ptr<ConfigReader> ConfigReader::start(std::filesystem::path config_path, conf::Role role) {
 	if (::geteuid() != 0) return direct(std::move(config_path), role);
-	int sv[2];
-	if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-		throw_errno("socketpair", "config reader");
-	const pid_t parent = ::getpid();
-	const pid_t pid = ::fork();
-	if (pid < 0) {
-		const int err = errno;
-		::close(sv[0]);
-		::close(sv[1]);
-		throw SystemError(err, "fork", "config reader");
-	}
-	if (pid == 0) {
-		::close(sv[0]);
-		helper_main(sv[1], parent, config_path, role);
-	}
-	::close(sv[1]);
-	return std::unique_ptr<ConfigReader>(new ConfigReader(std::move(config_path), role, sv[0], pid));
+	const platform::HelperProcess h =
+	    platform::fork_helper(SOCK_STREAM, "config reader",
+	                          [&](int fd, pid_t parent) { helper_main(fd, parent, config_path, role); });
+	return std::unique_ptr<ConfigReader>(new ConfigReader(std::move(config_path), role, h.fd, h.pid));
 }
 
 std::unique_ptr<ConfigReader> ConfigReader::direct(std::filesystem::path config_path, conf::Role role) {

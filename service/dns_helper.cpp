@@ -7,6 +7,8 @@
 // empty, as an empty datagram reads like the end of the connection.
 #include "service/dns_helper.hpp"
 
+#include "platform/process.hpp"
+
 #include "base/error.hpp"
 
 #include <algorithm>
@@ -99,23 +101,9 @@ bool dns_tool_allowed(const std::vector<std::string>& argv) {
 }
 
 std::unique_ptr<DnsHelper> DnsHelper::start() {
-	int sv[2];
-	if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-		throw_errno("socketpair", "DNS helper");
-	const pid_t parent = ::getpid();
-	const pid_t pid = ::fork();
-	if (pid < 0) {
-		const int err = errno;
-		::close(sv[0]);
-		::close(sv[1]);
-		throw SystemError(err, "fork", "DNS helper");
-	}
-	if (pid == 0) {
-		::close(sv[0]);
-		helper_main(sv[1], parent);
-	}
-	::close(sv[1]);
-	return std::unique_ptr<DnsHelper>(new DnsHelper(sv[0], pid));
+	const platform::HelperProcess h = platform::fork_helper(
+	    SOCK_SEQPACKET, "DNS helper", [](int fd, pid_t parent) { helper_main(fd, parent); });
+	return std::unique_ptr<DnsHelper>(new DnsHelper(h.fd, h.pid));
 }
 
 DnsHelper::~DnsHelper() {

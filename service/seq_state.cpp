@@ -183,23 +183,36 @@ std::map<std::pair<std::string, uint32_t>, uint64_t> parse_legacy_seq_state(cons
 	return out;
 }
 
+namespace {
+
+/// read_entries() - the entries of the state file @path (none when it does
+/// not exist yet); the caller holds the folder's lock. Throws runtime_error
+/// with advice when the file is damaged or unreadable.
+std::map<std::string, uint64_t> read_entries(const std::string& path) {
+	std::string text;
+	if (const int err = read_text(path, text); err == 0) {
+		try {
+			return parse_seq_state(text);
+		} catch (const std::exception& e) {
+			throw damaged(path, e.what());
+		}
+	} else if (err != ENOENT) {
+		throw std::runtime_error("sequence state " + path + ": " + std::strerror(err) +
+		                         kAccessAdvice);
+	}
+	return {};
+}
+
+} // namespace
+
 SeqState::SeqState(std::string path, tunnel::SaTable& table, KeyFingerprints keys, const std::string& legacy)
     : path_(std::move(path)), table_(table), keys_(std::move(keys)) {
 	std::map<std::string, uint64_t> stored;
 	std::map<std::pair<std::string, uint32_t>, uint64_t> old;
 	{
 		DirLock lock(dir_of(path_));
+		stored = read_entries(path_);
 		std::string text;
-		if (const int err = read_text(path_, text); err == 0) {
-			try {
-				stored = parse_seq_state(text);
-			} catch (const std::exception& e) {
-				throw damaged(path_, e.what());
-			}
-		} else if (err != ENOENT) {
-			throw std::runtime_error("sequence state " + path_ + ": " + std::strerror(err) +
-			                         kAccessAdvice);
-		}
 		if (!legacy.empty()) {
 			if (const int err = read_text(legacy, text); err == 0) {
 				try {
@@ -245,17 +258,7 @@ void SeqState::adopt(std::span<tunnel::Peer* const> peers, const KeyFingerprints
 	std::map<std::string, uint64_t> stored;
 	{
 		DirLock lock(dir_of(path_));
-		std::string text;
-		if (const int err = read_text(path_, text); err == 0) {
-			try {
-				stored = parse_seq_state(text);
-			} catch (const std::exception& e) {
-				throw damaged(path_, e.what());
-			}
-		} else if (err != ENOENT) {
-			throw std::runtime_error("sequence state " + path_ + ": " + std::strerror(err) +
-			                         kAccessAdvice);
-		}
+		stored = read_entries(path_);
 	}
 	auto replaced = [&](const std::string& name) {
 		return std::find(replacing.begin(), replacing.end(), name) != replacing.end();

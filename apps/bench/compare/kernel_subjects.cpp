@@ -54,29 +54,12 @@ public:
 
 protected:
 	void bring_up(const SubjectEnv& env) override {
-		const lab::NetnsPair& t = *env.topo;
-		WgKeyPair ka = make_wg_keys(), kb = make_wg_keys();
-		struct Side {
-			const std::string& ns;
-			char tag;
-			const WgKeyPair &self, &peer;
-			const char* peer_under;
-		} sides[] = {{t.a(), 'a', ka, kb, kUnderB}, {t.b(), 'b', kb, ka, kUnderA}};
-		for (const Side& s : sides) {
-			const std::string dev = "ckw" + env.run_id + s.tag;
-			const std::string key = env.scratch + "/kernel-wireguard-" + s.tag + ".key";
-			write_private_file(key, s.self.private_b64 + "\n");
-			ip_in(env, s.ns, {"link", "add", dev, "type", "wireguard"});
-			run_in(s.ns,
-			       {"wg", "set", dev, "listen-port", "51830", "private-key", key, "peer",
-			        s.peer.public_b64, "allowed-ips",
-			        s.tag == 'a' ? "10.99.9.2/32" : "10.99.9.1/32", "endpoint",
-			        std::string(s.peer_under) + ":51830"},
-			       env.scratch);
-			ip_in(env, s.ns,
-			      {"addr", "add", s.tag == 'a' ? "10.99.9.1/24" : "10.99.9.2/24", "dev", dev});
-			ip_in(env, s.ns, {"link", "set", dev, "mtu", "1420", "up"});
-		}
+		wg_link_pair(env, "10.99.9.", "51830", env.scratch + "/kernel-wireguard",
+		             [&](const std::string& ns, char tag) {
+			             const std::string dev = "ckw" + env.run_id + tag;
+			             ip_in(env, ns, {"link", "add", dev, "type", "wireguard"});
+			             return dev;
+		             });
 	}
 };
 

@@ -5,6 +5,7 @@
 
 #include "apps/bench/compare/subjects.hpp"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,21 @@ std::string kernel_version();
 
 /// first_line_of() - @s up to its first newline, without a trailing "\r"
 std::string first_line_of(const std::string& s);
+
+/**
+ * wg_link_pair() - a WireGuard link between the lab's namespaces a and b,
+ * fresh keys on both sides (wireguard-go and the kernel's module alike)
+ * @net:         the inner subnet's first three octets with a dot, "10.99.3."
+ *               (a gets .1, b .2, each the other's /32 as allowed-ips)
+ * @port:        the UDP port both listen on
+ * @key_base:    key files are @key_base-a.key and @key_base-b.key
+ * @make_device: makes side @tag's ('a' or 'b') device in namespace @ns and
+ *               returns its name; wg(8) configures it after
+ * Throws std::runtime_error naming the command that failed.
+ */
+void wg_link_pair(const SubjectEnv& env, const std::string& net, const std::string& port,
+                  const std::string& key_base,
+                  const std::function<std::string(const std::string& ns, char tag)>& make_device);
 
 /// make_kernel_wireguard() - the kernel's WireGuard (kernel_subjects.cpp)
 std::unique_ptr<Subject> make_kernel_wireguard();

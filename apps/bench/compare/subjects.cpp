@@ -256,36 +256,20 @@ public:
 
 protected:
 	void bring_up(const SubjectEnv& env) override {
-		const lab::NetnsPair& t = *env.topo;
-		const std::string port = std::to_string(51820 + index_);
-		WgKeyPair ka = make_wg_keys(), kb = make_wg_keys();
-		struct Side {
-			const std::string& ns;
-			char tag;
-			const WgKeyPair &self, &peer;
-			const char* peer_under;
-		} sides[] = {{t.a(), 'a', ka, kb, kUnderB}, {t.b(), 'b', kb, ka, kUnderA}};
-		for (const Side& s : sides) {
-			// The UAPI socket lives in /var/run/wireguard, shared by all
-			// namespaces: the interface name must be unique on the machine.
-			const std::string dev =
-			    (index_ == 0 ? std::string("cwg") : "cw" + std::to_string(index_)) + env.run_id +
-			    s.tag;
-			const std::string base = env.scratch + "/" + name() + "-" + s.tag;
-			const std::string sock = "/var/run/wireguard/" + dev + ".sock";
-			keep(spawn_logged(s.ns, {build_.path, "-f", dev}, base + ".log"), base + ".log");
-			sockets_.push_back(sock);
-			wait_for_file(sock, Millis(10000), *this);
-			write_private_file(base + ".key", s.self.private_b64 + "\n");
-			run_in(s.ns,
-			       {"wg", "set", dev, "listen-port", port, "private-key", base + ".key", "peer",
-			        s.peer.public_b64, "allowed-ips", net() + (s.tag == 'a' ? "2/32" : "1/32"),
-			        "endpoint", std::string(s.peer_under) + ":" + port},
-			       env.scratch);
-			ip_in(env, s.ns,
-			      {"addr", "add", net() + (s.tag == 'a' ? "1/24" : "2/24"), "dev", dev});
-			ip_in(env, s.ns, {"link", "set", dev, "mtu", "1420", "up"});
-		}
+		wg_link_pair(env, net(), std::to_string(51820 + index_), env.scratch + "/" + name(),
+		             [&](const std::string& ns, char tag) {
+			             // The UAPI socket lives in /var/run/wireguard, shared by all
+			             // namespaces: the interface name must be unique on the machine.
+			             const std::string dev =
+			                 (index_ == 0 ? std::string("cwg") : "cw" + std::to_string(index_)) +
+			                 env.run_id + tag;
+			             const std::string log = env.scratch + "/" + name() + "-" + tag + ".log";
+			             const std::string sock = "/var/run/wireguard/" + dev + ".sock";
+			             keep(spawn_logged(ns, {build_.path, "-f", dev}, log), log);
+			             sockets_.push_back(sock);
+			             wait_for_file(sock, Millis(10000), *this);
+			             return dev;
+		             });
 	}
 
 private:
@@ -481,6 +465,31 @@ protected:
 void ip_in(const SubjectEnv& env, const std::string& ns, std::vector<std::string> args) {
 	args.insert(args.begin(), {"ip", "-n", ns});
 	run_in("", args, env.scratch);
+}
+
+void wg_link_pair(const SubjectEnv& env, const std::string& net, const std::string& port,
+                  const std::string& key_base,
+                  const std::function<std::string(const std::string& ns, char tag)>& make_device) {
+	const lab::NetnsPair& t = *env.topo;
+	const WgKeyPair ka = make_wg_keys(), kb = make_wg_keys();
+	struct Side {
+		const std::string& ns;
+		char tag;
+		const WgKeyPair &self, &peer;
+		const char* peer_under;
+	} sides[] = {{t.a(), 'a', ka, kb, kUnderB}, {t.b(), 'b', kb, ka, kUnderA}};
+	for (const Side& s : sides) {
+		const std::string dev = make_device(s.ns, s.tag);
+		const std::string key = key_base + "-" + s.tag + ".key";
+		write_private_file(key, s.self.private_b64 + "\n");
+		run_in(s.ns,
+		       {"wg", "set", dev, "listen-port", port, "private-key", key, "peer", s.peer.public_b64,
+		        "allowed-ips", net + (s.tag == 'a' ? "2/32" : "1/32"), "endpoint",
+		        std::string(s.peer_under) + ":" + port},
+		       env.scratch);
+		ip_in(env, s.ns, {"addr", "add", net + (s.tag == 'a' ? "1/24" : "2/24"), "dev", dev});
+		ip_in(env, s.ns, {"link", "set", dev, "mtu", "1420", "up"});
+	}
 }
 
 std::string kernel_version() {
