@@ -203,6 +203,21 @@ std::map<std::string, uint64_t> read_entries(const std::string& path) {
 	return {};
 }
 
+/**
+ * claim_key() - @name's key fingerprint in @keys, recorded in @owner
+ * (fingerprint -> peer). Return: @name. Throws runtime_error when @keys has
+ * none for it, or another peer in @owner already sends with that key.
+ */
+const std::string& claim_key(std::map<std::string, std::string>& owner, const KeyFingerprints& keys,
+                             const std::string& name) {
+	const auto fp = keys.find(name);
+	if (fp == keys.end()) throw std::runtime_error("sequence state: no key fingerprint for peer " + name);
+	if (auto [it, fresh] = owner.emplace(fp->second, name); !fresh)
+		throw std::runtime_error("peers " + it->second + " and " + name +
+		                         " send with the same key; give each SA its own key");
+	return name;
+}
+
 } // namespace
 
 SeqState::SeqState(std::string path, tunnel::SaTable& table, KeyFingerprints keys, const std::string& legacy)
@@ -229,13 +244,7 @@ SeqState::SeqState(std::string path, tunnel::SaTable& table, KeyFingerprints key
 	std::map<std::string, std::string> owner; // fingerprint -> peer, to catch a shared key
 	for (const auto& peer : table_.peers()) {
 		if (!peer->keyed_statically) continue; // fresh keys, fresh numbers: nothing to resume
-		const auto fp = keys_.find(peer->name);
-		if (fp == keys_.end())
-			throw std::runtime_error("sequence state " + path_ +
-			                         ": no key fingerprint for peer " + peer->name);
-		if (auto [it, fresh] = owner.emplace(fp->second, peer->name); !fresh)
-			throw std::runtime_error("peers " + it->second + " and " + peer->name +
-			                         " send with the same key; give each SA its own key");
+		const auto fp = keys_.find(claim_key(owner, keys_, peer->name));
 		tunnel::OutboundSa& sa = peer->out;
 		const auto s = stored.find(fp->second);
 		const auto o = old.find({peer->name, sa.spi});
@@ -269,13 +278,7 @@ void SeqState::adopt(std::span<tunnel::Peer* const> peers, const KeyFingerprints
 	std::map<std::string, uint64_t> want, next_at;
 	for (tunnel::Peer* peer : peers) {
 		if (!peer->keyed_statically) continue;
-		const auto fp = keys.find(peer->name);
-		if (fp == keys.end())
-			throw std::runtime_error("sequence state " + path_ +
-			                         ": no key fingerprint for peer " + peer->name);
-		if (auto [it, fresh] = owner.emplace(fp->second, peer->name); !fresh)
-			throw std::runtime_error("peers " + it->second + " and " + peer->name +
-			                         " send with the same key; give each SA its own key");
+		const auto fp = keys.find(claim_key(owner, keys, peer->name));
 		const auto s = stored.find(fp->second);
 		const uint64_t last = s == stored.end() ? 0 : s->second;
 		next_at[peer->name] = last + 1;
