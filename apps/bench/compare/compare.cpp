@@ -399,10 +399,12 @@ cli::Verb add_compare(CLI::App& bench, const std::string& command_line) {
 	verb->add_flag("--quick", opt->quick, "2 s tests, 50 pings");
 	verb->add_option("--duration", opt->duration, "seconds per iperf3 test (default 10, 2 with --quick)")
 	    ->type_name("S")
-	    ->check(cli::between(1, 600));
+	    ->check(cli::between(1, 600))
+	    ->default_str("");
 	verb->add_option("--peers", opt->peers, "the subjects (default: all)")
 	    ->type_name("a,b,...")
-	    ->delimiter(',');
+	    ->delimiter(',')
+	    ->default_str("");
 	verb->add_option("--out-dir", opt->out_dir, "where compare.{json,csv,svg} go")->type_name("DIR");
 	verb->add_option("--json", opt->json, "the JSON file (default DIR/compare.json)")->type_name("FILE");
 	verb->add_option("--csv", opt->csv, "the CSV file (default DIR/compare.csv)")->type_name("FILE");
@@ -410,7 +412,8 @@ cli::Verb add_compare(CLI::App& bench, const std::string& command_line) {
 	verb->add_option("--gateway", opt->gateway, "the esptun-gateway program")->type_name("PATH");
 	verb->add_option("--wireguard-go", opt->wireguard_go, "a wireguard-go program; up to 4 times")
 	    ->type_name("PATH")
-	    ->allow_extra_args(false);
+	    ->allow_extra_args(false)
+	    ->default_str("");
 	return {verb, [verb, opt] { return run_compare(*verb, *opt); }};
 }
 

@@ -482,7 +482,8 @@ cli::Verb add_crypto_bench(CLI::App& bench) {
 	                          ->check(cli::between(1, 10000));
 	verb->add_option("--cpu", o->cpu, "the CPU to pin to (default: the highest allowed)")
 	    ->type_name("N")
-	    ->check(cli::between(0, CPU_SETSIZE - 1));
+	    ->check(cli::between(0, CPU_SETSIZE - 1))
+	    ->default_str("");
 	CLI::Option* quick = verb->add_flag("--quick")->description("3 rounds of 5 ms samples, unless given");
 	CLI::Option* json = add_json_option(*verb, o->json_file);
 	return {verb, [verb, o, rounds, sample, quick, json] {

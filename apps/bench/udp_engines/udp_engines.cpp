@@ -355,7 +355,8 @@ cli::Verb add_udp_engines(CLI::App& bench) {
 	verb->add_option("--ms", *ms, "length of one round in ms, instead of --seconds")
 	    ->type_name("MS")
 	    ->check(cli::between(10, 600000))
-	    ->excludes(seconds);
+	    ->excludes(seconds)
+	    ->default_str("");
 	verb->add_option("--size", o->size, "datagram bytes")
 	    ->type_name("BYTES")
 	    ->check(cli::between(1, 2048));

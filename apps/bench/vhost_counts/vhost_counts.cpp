@@ -427,7 +427,7 @@ cli::Verb add_vhost_counts(CLI::App& bench) {
 	CLI::App* snapshot = cli::add_verb(
 	    *verb, "snapshot",
 	    "the status of running gateways (their control sockets) as one JSON array on stdout");
-	snapshot->add_option("SOCKET", *socks, "a gateway's control socket")->required();
+	snapshot->add_option("SOCKET", *socks, "a gateway's control socket")->required()->default_str("");
 
 	auto row = std::make_shared<RowArgs>();
 	CLI::App* row_verb = cli::add_verb(
@@ -442,11 +442,16 @@ cli::Verb add_vhost_counts(CLI::App& bench) {
 	    ->type_name("FILE");
 	row_verb->add_option("--bytes", row->bytes, "bytes moved in the phase")
 	    ->type_name("N")
-	    ->check(positive());
+	    ->check(positive())
+	    ->default_str("");
 	row_verb->add_option("--elapsed-ms", row->elapsed_ms, "how long the phase took")
 	    ->type_name("MS")
-	    ->check(positive());
-	row_verb->add_option("BEFORE AFTER", row->files, "the snapshot files")->expected(2)->required();
+	    ->check(positive())
+	    ->default_str("");
+	row_verb->add_option("BEFORE AFTER", row->files, "the snapshot files")
+	    ->expected(2)
+	    ->required()
+	    ->default_str("");
 
 	auto table = std::make_shared<TableArgs>();
 	CLI::App* table_verb =
