@@ -15,7 +15,7 @@ ordered pair of folders (tests/layering/CMakeLists.txt) and checks that
   - the table and the build list the same folders,
 
 and that the system headers some folders own (Linux uapi and liburing in
-platform/, Asio and libsystemd in service/, toml++ in conf/) appear nowhere
+platform/, Asio and libsystemd in service/, toml++ in conf/, CLI11 in apps/) appear nowhere
 else, since they live in /usr/include where no include view can hide them.
 It also refuses `#include "../...`, which would walk around the views.
 
@@ -39,6 +39,7 @@ OWNED_SYSTEM_HEADERS = [
     (re.compile(r'#include\s*<asio'), 'service'),
     (re.compile(r'#include\s*<systemd/'), 'service'),
     (re.compile(r'#include\s*<toml\+\+/'), 'conf'),
+    (re.compile(r'#include\s*<CLI/'), 'apps'),
 ]
 SOURCE_DIRS = ['base', 'crypto', 'tunnel', 'ike', 'virtio', 'platform', 'conf', 'datapath', 'service', 'apps']
 
@@ -108,7 +109,7 @@ def check_sources(source_dir, fail, ok):
                         found += 1
                         fail(f'{rel}:{n}: {line.strip()} belongs to {owner}/ only')
     if not found:
-        ok('owned system headers (<linux/*>, liburing, seccomp and capabilities, Asio, libsystemd, toml++) and "../" includes')
+        ok('owned system headers (<linux/*>, liburing, seccomp and capabilities, Asio, libsystemd, toml++, CLI11) and "../" includes')
 
 
 def main():

@@ -24,10 +24,9 @@
 // the other tenants of a shared machine then hits all subjects alike instead
 // of one. Each figure is the median over rounds; min and max go to the JSON.
 #include "apps/bench/crypto_bench/crypto_bench.hpp"
-#include "apps/bench/lab/cli.hpp"
 
 #include "apps/bench/crypto_bench/subjects.hpp"
-
+#include "apps/bench/lab/cli.hpp"
 #include "apps/bench/lab/sa_keys.hpp"
 #include "crypto/cbc_hmac_stitched.hpp"
 #include "crypto/esp_transform.hpp"
@@ -54,15 +53,6 @@
 namespace esptun::bench::crypto_bench {
 
 using namespace lab;
-
-const char* const kCryptoBenchUsage =
-    "  crypto [--rounds N] [--sizes A,B,...] [--sample-ms MS] [--cpu N] [--quick]\n"
-    "         [--json [FILE]]\n"
-    "                        ns/packet and MB/s of ESP seal and open for every suite and\n"
-    "                        implementation, next to OpenSSL's EVP ciphers as the ceiling;\n"
-    "                        one pinned CPU, medians over N rounds (default 15; --quick: 3\n"
-    "                        short rounds); --json writes the same as JSON to FILE or, without\n"
-    "                        FILE, to stdout (the table then goes to stderr)\n";
 
 namespace {
 
@@ -253,7 +243,8 @@ int pin_to_one_cpu(int wanted) {
 		for (int i = CPU_SETSIZE - 1; i >= 0 && cpu < 0; i--)
 			if (CPU_ISSET(i, &allowed)) cpu = i;
 	} else if (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed)) {
-		throw UsageError("--cpu " + std::to_string(wanted) + ": not a CPU this process may run on");
+		throw cli::UsageError("--cpu " + std::to_string(wanted) +
+		                      ": not a CPU this process may run on");
 	}
 	cpu_set_t one;
 	CPU_ZERO(&one);
@@ -443,79 +434,64 @@ std::string to_json(const Machine& m, const Options& o, const std::vector<Row>& 
 	return j.str();
 }
 
-Options parse_options(const std::vector<std::string>& args) {
-	Options o;
-	bool rounds_set = false, sample_set = false;
-	for (size_t i = 0; i < args.size(); i++) {
-		const std::string& a = args[i];
-		auto value = [&]() -> const std::string& {
-			if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-			return args[++i];
-		};
-		if (a == "--rounds") {
-			o.rounds = unsigned(parse_number(a, value(), 1, 1000));
-			rounds_set = true;
-		} else if (a == "--sample-ms") {
-			o.sample_ms = double(parse_number(a, value(), 1, 10000));
-			sample_set = true;
-		} else if (a == "--cpu") {
-			o.cpu = int(parse_number(a, value(), 0, CPU_SETSIZE - 1));
-		} else if (a == "--quick") {
-			if (!rounds_set) o.rounds = 3;
-			if (!sample_set) o.sample_ms = 5;
-		} else if (a == "--sizes") {
-			const std::string& list = value();
-			o.sizes.clear();
-			size_t start = 0;
-			for (;;) {
-				const size_t comma = list.find(',', start);
-				o.sizes.push_back(parse_number("--sizes", list.substr(start, comma - start),
-				                               kMinSize, kMaxSize));
-				if (comma == std::string::npos) break;
-				start = comma + 1;
-			}
-		} else if (a == "--json") {
-			o.json = true;
-			if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) o.json_file = args[++i];
-		} else {
-			throw UsageError("unknown option " + a);
-		}
+/// run_crypto_bench() - the crypto command with @o; the exit status
+int run_crypto_bench(const Options& o) {
+	Machine m;
+	m.cpu = pin_to_one_cpu(o.cpu);
+	m.cpu_model = cpu_model();
+	m.openssl = OpenSSL_version(OPENSSL_VERSION);
+	m.stitched_variant = std::string(crypto::stitched_variant());
+	if (!crypto::stitched_supported())
+		std::fprintf(stderr,
+		             "esptun-bench crypto: this CPU cannot run the stitched transform (%s); "
+		             "measuring two-pass and GCM only\n",
+		             crypto::stitched_unsupported_reason().c_str());
+
+	Bench bench(o, make_subjects());
+	bench.run_all();
+	const std::vector<Row> rows = bench.rows();
+
+	const bool json_stdout = o.json && o.json_file.empty();
+	print_table(json_stdout ? stderr : stdout, m, o, rows);
+	if (o.json) {
+		const std::string text = to_json(m, o, rows) + "\n";
+		write_json(text, o.json_file);
 	}
-	return o;
+	return 0;
 }
 
 } // namespace
 
-int run_crypto_bench(const std::vector<std::string>& args) {
-	return run_command("crypto", kCryptoBenchUsage, [&] {
-		if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
-			std::printf("usage: esptun-bench\n%s", kCryptoBenchUsage);
-			return 0;
-		}
-		const Options o = parse_options(args);
-		Machine m;
-		m.cpu = pin_to_one_cpu(o.cpu);
-		m.cpu_model = cpu_model();
-		m.openssl = OpenSSL_version(OPENSSL_VERSION);
-		m.stitched_variant = std::string(crypto::stitched_variant());
-		if (!crypto::stitched_supported())
-			std::fprintf(stderr,
-			             "esptun-bench crypto: this CPU cannot run the stitched transform (%s); "
-			             "measuring two-pass and GCM only\n",
-			             crypto::stitched_unsupported_reason().c_str());
-
-		Bench bench(o, make_subjects());
-		bench.run_all();
-		const std::vector<Row> rows = bench.rows();
-
-		const bool json_stdout = o.json && o.json_file.empty();
-		print_table(json_stdout ? stderr : stdout, m, o, rows);
-		if (o.json) {
-			const std::string text = to_json(m, o, rows) + "\n";
-			write_json(text, o.json_file);
-		}
-		return 0;
-	});
+cli::Verb add_crypto_bench(CLI::App& bench) {
+	auto o = std::make_shared<Options>();
+	CLI::App* verb = cli::add_verb(
+	    bench, "crypto", "ns/packet of ESP seal and open, every suite, next to OpenSSL's EVP",
+	    "ns/packet and MB/s of ESP seal and open for every suite and implementation,\n"
+	    "next to OpenSSL's EVP ciphers as the ceiling; one pinned CPU, medians over N\n"
+	    "rounds (default 15; --quick: 3 short rounds); --json writes the same as JSON\n"
+	    "to FILE or, without FILE, to stdout (the table then goes to stderr).");
+	CLI::Option* rounds = verb->add_option("--rounds", o->rounds, "rounds (default 15)")
+	                          ->type_name("N")
+	                          ->check(cli::between(1, 1000));
+	verb->add_option("--sizes", o->sizes, "payload sizes in bytes")
+	    ->type_name("A,B,...")
+	    ->delimiter(',')
+	    ->check(cli::between(kMinSize, kMaxSize));
+	CLI::Option* sample = verb->add_option("--sample-ms", o->sample_ms, "length of one sample")
+	                          ->type_name("MS")
+	                          ->check(cli::between(1, 10000));
+	verb->add_option("--cpu", o->cpu, "the CPU to pin to (default: the highest allowed)")
+	    ->type_name("N")
+	    ->check(cli::between(0, CPU_SETSIZE - 1))
+	    ->default_str("");
+	CLI::Option* quick = verb->add_flag("--quick")->description("3 rounds of 5 ms samples, unless given");
+	CLI::Option* json = add_json_option(*verb, o->json_file);
+	return {verb, [verb, o, rounds, sample, quick, json] {
+		        if (quick->count() && !rounds->count()) o->rounds = 3;
+		        if (quick->count() && !sample->count()) o->sample_ms = 5;
+		        o->json = json->count() > 0;
+		        return cli::run_verb(*verb, [&] { return run_crypto_bench(*o); });
+	        }};
 }
 
 } // namespace esptun::bench::crypto_bench

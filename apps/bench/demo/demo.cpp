@@ -13,7 +13,6 @@
 #include "apps/bench/demo/gateway_config.hpp"
 #include "apps/bench/demo/gateway_process.hpp"
 #include "apps/bench/demo/tcp_transfer.hpp"
-#include "apps/bench/lab/cli.hpp"
 #include "apps/bench/lab/netns_pair.hpp"
 #include "apps/bench/lab/ping.hpp"
 #include "apps/bench/lab/process.hpp"
@@ -32,12 +31,6 @@ namespace esptun::bench::demo {
 using namespace lab;
 using service::JsonValue;
 using service::parse_json;
-
-const char* const kDemoUsage =
-    "  demo [--cipher NAME] [--bytes N] [--pings N] [--gateway PATH]\n"
-    "                        two gateways in two network namespaces: ping both ways and a\n"
-    "                        TCP transfer through the tunnel, then both gateways' counters\n"
-    "                        (needs root; defaults: aes128-gcm, 200M bytes, 20 pings)\n";
 
 namespace {
 
@@ -58,9 +51,6 @@ NetnsPair::Layout underlay() {
 	return {run + "-a", run + "-b", "veth0", "veth0", "10.201.0.1", "10.201.0.2"};
 }
 
-/// HelpRequested - `demo --help`: print the usage and exit 0.
-struct HelpRequested {};
-
 struct DemoOptions {
 	std::string cipher = "aes128-gcm";
 	uint64_t bytes = 200'000'000;
@@ -68,48 +58,33 @@ struct DemoOptions {
 	std::string gateway; ///< empty: esptun-gateway next to this binary
 };
 
-/// parse_count() - "200000", "200M", "1G", "64k" (decimal multipliers)
-uint64_t parse_count(const std::string& opt, const std::string& text) {
-	size_t used = 0;
-	uint64_t n = 0;
-	try {
-		n = std::stoull(text, &used, 10);
-	} catch (const std::exception&) {
-		throw UsageError(opt + " wants a number, e.g. 200M");
-	}
-	std::string suffix = text.substr(used);
-	uint64_t mul = suffix.empty()                   ? 1
-	               : suffix == "k" || suffix == "K" ? 1000
-	               : suffix == "M"                  ? 1000000
-	                                                : 0;
-	if (suffix == "G") mul = 1000000000;
-	if (mul == 0 || n == 0 || n > UINT64_MAX / mul)
-		throw UsageError(opt + " " + text + " is not a count, e.g. 200M");
-	return n * mul;
-}
-
-DemoOptions parse_options(const std::vector<std::string>& args) {
-	DemoOptions o;
-	for (size_t i = 0; i < args.size(); i++) {
-		const std::string& a = args[i];
-		auto value = [&]() -> const std::string& {
-			if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-			return args[++i];
-		};
-		if (a == "--cipher")
-			o.cipher = value();
-		else if (a == "--bytes")
-			o.bytes = parse_count(a, value());
-		else if (a == "--pings")
-			o.pings = static_cast<unsigned>(std::min<uint64_t>(parse_count(a, value()), 10000));
-		else if (a == "--gateway")
-			o.gateway = value();
-		else if (a == "-h" || a == "--help")
-			throw HelpRequested{};
-		else
-			throw UsageError("unknown option " + a);
-	}
-	return o;
+/**
+ * count() - a check that turns "200000", "200M", "1G", "64k" (decimal
+ * multipliers) into the whole number, at least 1 and at most @max
+ */
+CLI::Validator count(uint64_t max) {
+	return CLI::Validator(
+	    [max](std::string& text) -> std::string {
+		    size_t used = 0;
+		    uint64_t n = 0;
+		    try {
+			    if (!text.empty() && text[0] != '-') n = std::stoull(text, &used, 10);
+		    } catch (const std::exception&) {
+			    used = 0;
+		    }
+		    const std::string suffix = text.substr(used);
+		    const uint64_t mul = suffix.empty()                   ? 1
+		                         : suffix == "k" || suffix == "K" ? 1000
+		                         : suffix == "M"                  ? 1000000
+		                         : suffix == "G"                  ? 1000000000
+		                                                          : 0;
+		    if (used == 0 || mul == 0 || n == 0 || n > max / mul)
+			    return "wants a count from 1 to " + std::to_string(max) + ", e.g. 200M, not '" +
+			           text + "'";
+		    text = std::to_string(n * mul);
+		    return "";
+	    },
+	    "N[k|M|G]");
 }
 
 /// find_gateway_binary() - esptun-gateway in the folder of /proc/self/exe
@@ -316,28 +291,10 @@ int run(const DemoOptions& opt, const crypto::CipherSpec& spec, const std::strin
 	return 1;
 }
 
-} // namespace
-
-int run_demo(const std::vector<std::string>& args) {
-	DemoOptions opt;
-	try {
-		opt = parse_options(args);
-	} catch (const UsageError& e) {
-		std::fprintf(stderr, "esptun-bench demo: %s\nusage:\n%s", e.what(), kDemoUsage);
-		return 2;
-	} catch (const HelpRequested&) {
-		std::printf("usage: esptun-bench\n%s", kDemoUsage);
-		return 0;
-	}
+/// run_demo() - the demo command with @opt; the exit status
+int run_demo(const CLI::App& verb, const DemoOptions& opt) {
 	const crypto::CipherSpec* spec = crypto::find_cipher(opt.cipher);
-	if (!spec) {
-		std::string names;
-		for (const auto& c : crypto::all_ciphers())
-			names.append(" ").append(c.name);
-		std::fprintf(stderr, "esptun-bench demo: unknown cipher \"%s\"; use one of:%s\n",
-		             opt.cipher.c_str(), names.c_str());
-		return 2;
-	}
+	if (!spec) return cli::report_usage_error(verb, "unknown cipher '" + opt.cipher + "'");
 	if (geteuid() != 0) {
 		std::fprintf(stderr,
 		             "esptun-bench demo: needs root (it creates network namespaces and tun devices); "
@@ -360,6 +317,25 @@ int run_demo(const std::vector<std::string>& args) {
 		             e.what());
 		return 1;
 	}
+}
+
+} // namespace
+
+cli::Verb add_demo(CLI::App& bench) {
+	auto opt = std::make_shared<DemoOptions>();
+	CLI::App* verb =
+	    cli::add_verb(bench, "demo", "two gateways in two namespaces: pings and a TCP transfer (root)",
+	                  "Two gateways in two network namespaces: ping both ways and a TCP transfer\n"
+	                  "through the tunnel, then both gateways' counters. Needs root.");
+	std::vector<std::string> ciphers;
+	for (const auto& c : crypto::all_ciphers())
+		ciphers.emplace_back(c.name);
+	verb->add_option("--cipher", opt->cipher, "the suite")->check(CLI::IsMember(ciphers));
+	verb->add_option("--bytes", opt->bytes, "bytes of the TCP transfer")->transform(count(UINT64_MAX));
+	verb->add_option("--pings", opt->pings, "pings each way")->transform(count(10000));
+	verb->add_option("--gateway", opt->gateway,
+	                 "the esptun-gateway program (default: the one beside this one)");
+	return {verb, [verb, opt] { return run_demo(*verb, *opt); }};
 }
 
 } // namespace esptun::bench::demo

@@ -2,7 +2,6 @@
 // gateways' exact counters. See vhost_counts.hpp for the three steps.
 #include "apps/bench/vhost_counts/vhost_counts.hpp"
 
-#include "apps/bench/lab/cli.hpp"
 #include "service/control.hpp"
 #include "service/json.hpp"
 
@@ -16,24 +15,9 @@
 
 namespace esptun::bench::vhost_counts {
 
-using namespace lab;
+using cli::UsageError;
 using service::JsonValue;
 using service::parse_json;
-
-const char* const kVhostCountsUsage =
-    "  vhost-counts snapshot SOCKET...\n"
-    "                        the status of running gateways (their control sockets) as one\n"
-    "                        JSON array on stdout\n"
-    "  vhost-counts row --phase NAME [--accel A --ping-log FILE | --bytes N --elapsed-ms MS]\n"
-    "                        BEFORE AFTER\n"
-    "                        one JSON line: the tun-side counter deltas between two snapshot\n"
-    "                        files, summed over the gateways, with their tun_io mode; with\n"
-    "                        --accel also the phase's ping RTT p50/p99 (from ping's output)\n"
-    "                        or its throughput\n"
-    "  vhost-counts table [--json] [--check] ROWS\n"
-    "                        per-packet system calls, kicks and wake-ups of each row; --check\n"
-    "                        exits 1 when a vhost row misses issue 3's goals (phases named\n"
-    "                        one-in-flight and bulk); FIGURE lines are reported, not held\n";
 
 namespace {
 
@@ -147,7 +131,6 @@ JsonValue read_json_file(const std::string& path) {
 }
 
 int cmd_snapshot(const std::vector<std::string>& socks) {
-	if (socks.empty()) throw UsageError("snapshot needs at least one control socket");
 	std::string out = "[";
 	for (size_t i = 0; i < socks.size(); i++) {
 		std::string s = service::query_control(socks[i]);
@@ -160,37 +143,30 @@ int cmd_snapshot(const std::vector<std::string>& socks) {
 	return 0;
 }
 
-/// A positive number from the command line, or a UsageError naming @what.
-double positive_arg(const std::string& s, const char* what) {
-	char* end = nullptr;
-	const double v = std::strtod(s.c_str(), &end);
-	if (end == s.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0)
-		throw UsageError(std::string(what) + " wants a positive number, not \"" + s + "\"");
-	return v;
+/// positive() - a check that a value is a positive, finite number
+CLI::Validator positive() {
+	return CLI::Validator(
+	    [](std::string& s) -> std::string {
+		    char* end = nullptr;
+		    const double v = std::strtod(s.c_str(), &end);
+		    if (end == s.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0)
+			    return "wants a positive number, not '" + s + "'";
+		    return "";
+	    },
+	    "");
 }
 
-int cmd_row(const std::vector<std::string>& args) {
+/// The arguments of `row`.
+struct RowArgs {
 	std::string phase, accel, ping_log;
 	double bytes = 0, elapsed_ms = 0;
-	std::vector<std::string> files;
-	for (size_t i = 0; i < args.size(); i++) {
-		const bool has_value = i + 1 < args.size();
-		if (args[i] == "--phase" && has_value)
-			phase = args[++i];
-		else if (args[i] == "--accel" && has_value)
-			accel = args[++i];
-		else if (args[i] == "--ping-log" && has_value)
-			ping_log = args[++i];
-		else if (args[i] == "--bytes" && has_value)
-			bytes = positive_arg(args[++i], "--bytes");
-		else if (args[i] == "--elapsed-ms" && has_value)
-			elapsed_ms = positive_arg(args[++i], "--elapsed-ms");
-		else if (args[i].rfind("--", 0) == 0)
-			throw UsageError("unknown or incomplete option " + args[i]);
-		else
-			files.push_back(args[i]);
-	}
-	if (phase.empty() || files.size() != 2) throw UsageError("row wants --phase NAME BEFORE AFTER");
+	std::vector<std::string> files; ///< BEFORE AFTER
+};
+
+int cmd_row(const RowArgs& args) {
+	const std::string &phase = args.phase, &accel = args.accel, &ping_log = args.ping_log;
+	const double bytes = args.bytes, elapsed_ms = args.elapsed_ms;
+	const std::vector<std::string>& files = args.files;
 	const bool timed = !ping_log.empty() || bytes > 0 || elapsed_ms > 0;
 	if (timed && accel.empty()) throw UsageError("timed figures need --accel (tcg, kvm, ...)");
 	if ((bytes > 0) != (elapsed_ms > 0)) throw UsageError("--bytes and --elapsed-ms go together");
@@ -318,20 +294,15 @@ void print_json(const std::vector<PhaseCounts>& rows) {
 	std::printf("%s\n", j.str().c_str());
 }
 
-int cmd_table(const std::vector<std::string>& args) {
+/// The arguments of `table`.
+struct TableArgs {
 	bool json = false, check = false;
-	std::string file;
-	for (const std::string& a : args) {
-		if (a == "--json")
-			json = true;
-		else if (a == "--check")
-			check = true;
-		else if (file.empty() && a.rfind("--", 0) != 0)
-			file = a;
-		else
-			throw UsageError("unknown argument " + a);
-	}
-	if (file.empty()) throw UsageError("table wants a ROWS file (lines written by `row`)");
+	std::string file; ///< ROWS
+};
+
+int cmd_table(const TableArgs& args) {
+	const bool json = args.json, check = args.check;
+	const std::string& file = args.file;
 	std::ifstream in(file);
 	if (!in) throw std::runtime_error("cannot read " + file);
 	std::vector<PhaseCounts> rows;
@@ -445,26 +416,60 @@ double percentile(std::vector<double> v, double p) {
 	return v[std::clamp(rank, size_t(1), v.size()) - 1];
 }
 
-int run_vhost_counts(const std::vector<std::string>& args) {
-	try {
-		if (args.empty()) throw UsageError("which step? snapshot, row or table");
-		const std::vector<std::string> rest(args.begin() + 1, args.end());
-		if (args[0] == "snapshot") return cmd_snapshot(rest);
-		if (args[0] == "row") return cmd_row(rest);
-		if (args[0] == "table") return cmd_table(rest);
-		if (args[0] == "-h" || args[0] == "--help") {
-			std::printf("usage: esptun-bench\n%s", kVhostCountsUsage);
-			return 0;
-		}
-		throw UsageError("unknown step " + args[0]);
-	} catch (const UsageError& e) {
-		std::fprintf(stderr, "esptun-bench vhost-counts: %s\nusage:\n%s", e.what(),
-		             kVhostCountsUsage);
-		return 2;
-	} catch (const std::exception& e) {
-		std::fprintf(stderr, "esptun-bench vhost-counts: %s\n", e.what());
-		return 1;
-	}
+cli::Verb add_vhost_counts(CLI::App& bench) {
+	CLI::App* verb = cli::add_verb(
+	    bench, "vhost-counts", "per-packet tun-side cost of a phase from the gateways' counters",
+	    "Three steps: snapshot the gateways' status before and after a phase, a row\n"
+	    "of counter deltas per phase, a table of the rows (docs/vhost-counts.md).");
+	verb->require_subcommand(1);
+
+	auto socks = std::make_shared<std::vector<std::string>>();
+	CLI::App* snapshot = cli::add_verb(
+	    *verb, "snapshot",
+	    "the status of running gateways (their control sockets) as one JSON array on stdout");
+	snapshot->add_option("SOCKET", *socks, "a gateway's control socket")->required()->default_str("");
+
+	auto row = std::make_shared<RowArgs>();
+	CLI::App* row_verb = cli::add_verb(
+	    *verb, "row", "one JSON line: the tun-side counter deltas between two snapshot files",
+	    "One JSON line: the tun-side counter deltas between two snapshot files,\n"
+	    "summed over the gateways, with their tun_io mode; with --accel also the\n"
+	    "phase's ping RTT p50/p99 (from ping's output) or its throughput.");
+	row_verb->add_option("--phase", row->phase, "the phase's name")->type_name("NAME")->required();
+	row_verb->add_option("--accel", row->accel, "the VM's accelerator, for timed figures")
+	    ->type_name("A");
+	row_verb->add_option("--ping-log", row->ping_log, "ping's output during the phase")
+	    ->type_name("FILE");
+	row_verb->add_option("--bytes", row->bytes, "bytes moved in the phase")
+	    ->type_name("N")
+	    ->check(positive())
+	    ->default_str("");
+	row_verb->add_option("--elapsed-ms", row->elapsed_ms, "how long the phase took")
+	    ->type_name("MS")
+	    ->check(positive())
+	    ->default_str("");
+	row_verb->add_option("BEFORE AFTER", row->files, "the snapshot files")
+	    ->expected(2)
+	    ->required()
+	    ->default_str("");
+
+	auto table = std::make_shared<TableArgs>();
+	CLI::App* table_verb =
+	    cli::add_verb(*verb, "table", "per-packet system calls, kicks and wake-ups of each row",
+	                  "Per-packet system calls, kicks and wake-ups of each row; --check exits 1 when\n"
+	                  "a vhost row misses issue 3's goals (phases named one-in-flight and bulk);\n"
+	                  "FIGURE lines are reported, not held.");
+	table_verb->add_flag("--json", table->json, "JSON instead of the table");
+	table_verb->add_flag("--check", table->check, "exit 1 when a goal is missed");
+	table_verb->add_option("ROWS", table->file, "the lines written by `row`")->required();
+
+	return {verb, [=] {
+		        if (snapshot->parsed())
+			        return cli::run_verb(*snapshot, [&] { return cmd_snapshot(*socks); });
+		        if (row_verb->parsed())
+			        return cli::run_verb(*row_verb, [&] { return cmd_row(*row); });
+		        return cli::run_verb(*table_verb, [&] { return cmd_table(*table); });
+	        }};
 }
 
 } // namespace esptun::bench::vhost_counts
