@@ -1,6 +1,8 @@
 // The command-line helpers of the bench commands: see cli.hpp.
 #include "apps/bench/lab/cli.hpp"
 
+#include "service/json_io.hpp"
+
 #include <cstdio>
 #include <fstream>
 
@@ -33,7 +35,8 @@ unsigned long parse_number(const std::string& opt, const std::string& text, unsi
 	return v;
 }
 
-void write_json(const std::string& text, const std::string& file) {
+void write_json(const nlohmann::ordered_json& doc, const std::string& file) {
+	const std::string text = service::json_text(doc) + "\n";
 	if (file.empty()) {
 		std::fputs(text.c_str(), stdout);
 		return;

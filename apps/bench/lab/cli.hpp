@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <stdexcept>
 #include <string>
 
@@ -29,9 +30,9 @@ unsigned long parse_number(const std::string& opt, const std::string& text, unsi
                            unsigned long hi);
 
 /**
- * write_json() - @text to stdout when @file is empty, else to @file
+ * write_json() - @doc as one line of JSON to stdout when @file is empty, else to @file
  * Throws std::runtime_error when @file cannot be written.
  */
-void write_json(const std::string& text, const std::string& file);
+void write_json(const nlohmann::ordered_json& doc, const std::string& file);
 
 } // namespace esptun::bench::lab

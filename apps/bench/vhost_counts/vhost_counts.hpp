@@ -11,7 +11,7 @@
 //                             holds the rows to issue 3's goals
 #pragma once
 
-#include "service/json_reader.hpp"
+#include "service/json_io.hpp"
 
 #include <cstdint>
 #include <string>
@@ -59,8 +59,7 @@ struct PhaseCounts {
  * objects, the same gateways in the same order)
  * Throws std::runtime_error when the snapshots do not match or lack counters.
  */
-PhaseCounts phase_counts(const service::JsonValue& before, const service::JsonValue& after,
-                         const std::string& phase);
+PhaseCounts phase_counts(const service::Json& before, const service::Json& after, const std::string& phase);
 
 /// Goal - one of issue 3's goals applied to one row.
 struct Goal {
