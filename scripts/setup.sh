@@ -23,7 +23,7 @@ esac
 # the filter program, which raw BPF would leave to us. libsystemd-dev:
 # sd_notify(3) for the units' Type=notify and watchdog (service/notify.cpp).
 build_pkgs=(g++ cmake make pkg-config libssl-dev liburing-dev libseccomp-dev libsystemd-dev libasio-dev
-	libtomlplusplus-dev doctest-dev)
+	libtomlplusplus-dev nlohmann-json3-dev doctest-dev)
 # Tests: namespaces and addresses (iproute2), traffic (iperf3, ping), the
 # scapy interop peer, clang + its runtimes for the fuzz build and
 # clang-format, and pgrep/sysctl (procps). openresolv (the resolvconf that
