@@ -213,20 +213,20 @@ int query(const Args& args, conf::Role role) {
 int reload(const Args& args, conf::Role role, const char* program) {
 	const std::string socket = sockets_of(args, role, true).front();
 	const std::string text = service::query_control(socket, "reload");
-	service::JsonValue answer;
+	service::Json answer;
 	try {
 		answer = service::parse_json(text);
-	} catch (const std::exception&) {
-		throw std::runtime_error(socket + " answered something that is not a reload answer");
+	} catch (const std::exception& e) {
+		throw std::runtime_error(socket +
+		                         " answered something that is not a reload answer: " + e.what());
 	}
-	const service::JsonValue* ok = answer.get("ok");
-	if (ok && ok->kind == service::JsonValue::Kind::boolean && ok->boolean) {
-		std::printf("%s\n", answer.at({"message"}) ? answer.at({"message"})->as_string().c_str()
-		                                           : "reloaded");
+	if (service::json_true(service::json_at(answer, {"ok"}))) {
+		std::printf("%s\n",
+		            service::json_string(service::json_at(answer, {"message"}), "reloaded").c_str());
 		return 0;
 	}
 	std::fprintf(stderr, "%s reload: %s\n", program,
-	             answer.get("error") ? answer.get("error")->as_string().c_str() : "refused");
+	             service::json_string(service::json_at(answer, {"error"}), "refused").c_str());
 	return 1;
 }
 

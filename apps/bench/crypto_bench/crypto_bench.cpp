@@ -30,7 +30,7 @@
 #include "apps/bench/lab/sa_keys.hpp"
 #include "crypto/cbc_hmac_stitched.hpp"
 #include "crypto/esp_transform.hpp"
-#include "service/json.hpp"
+#include "service/json_io.hpp"
 #include "tunnel/esp.hpp"
 #include "tunnel/esp_wire.hpp"
 #include "tunnel/sa.hpp"
@@ -377,61 +377,58 @@ void print_table(std::FILE* to, const Machine& m, const Options& o, const std::v
 		             g.what.c_str(), g.measured.c_str());
 }
 
-void write_stat(service::JsonWriter& j, const char* prefix, const Stat& s, size_t size) {
+using service::json_round3;
+
+/// add_stat() - @prefix_ns (the median), _ns_min, _ns_max and _mbps of @s, or nulls
+void add_stat(service::Json& j, const char* prefix, const Stat& s, size_t size) {
 	const std::string p(prefix);
 	if (!s.valid) {
-		j.key(p + "_ns").null().key(p + "_mbps").null();
+		j[p + "_ns"] = nullptr;
+		j[p + "_mbps"] = nullptr;
 		return;
 	}
-	j.field(p + "_ns", s.median).field(p + "_ns_min", s.min).field(p + "_ns_max", s.max);
-	j.field(p + "_mbps", mbps(size, s.median));
+	j[p + "_ns"] = json_round3(s.median);
+	j[p + "_ns_min"] = json_round3(s.min);
+	j[p + "_ns_max"] = json_round3(s.max);
+	j[p + "_mbps"] = json_round3(mbps(size, s.median));
 }
 
-std::string to_json(const Machine& m, const Options& o, const std::vector<Row>& rows) {
-	service::JsonWriter j;
-	j.begin_object();
-	j.key("machine")
-	    .begin_object()
-	    .field("cpu_model", m.cpu_model)
-	    .field("openssl", m.openssl)
-	    .field("stitched_variant", m.stitched_variant)
-	    .field("pinned_cpu", m.cpu)
-	    .end_object();
-	j.field("rounds", o.rounds).field("sample_ms", o.sample_ms).field("esn", true);
-	j.field("spread", spread(rows));
-	j.key("rows").begin_array();
+/// optional_json() - @v rounded, or null
+service::Json optional_json(const std::optional<double>& v) {
+	return v ? service::Json(json_round3(*v)) : service::Json(nullptr);
+}
+
+service::Json to_json(const Machine& m, const Options& o, const std::vector<Row>& rows) {
+	service::Json j{{"machine",
+	                 {{"cpu_model", m.cpu_model},
+	                  {"openssl", m.openssl},
+	                  {"stitched_variant", m.stitched_variant},
+	                  {"pinned_cpu", m.cpu}}},
+	                {"rounds", o.rounds},
+	                {"sample_ms", json_round3(o.sample_ms)},
+	                {"esn", true},
+	                {"spread", json_round3(spread(rows))}};
+	service::Json& out = j["rows"] = service::Json::array();
 	for (const Row& r : rows) {
-		j.begin_object()
-		    .field("suite", r.subject->suite())
-		    .field("group", r.subject->group())
-		    .field("impl", r.subject->impl())
-		    .field("ceiling", r.subject->ceiling())
-		    .field("size", uint64_t(r.size));
-		write_stat(j, "enc", r.enc, r.size);
-		write_stat(j, "dec", r.dec, r.size);
-		if (r.copy.valid) j.field("copy_ns", r.copy.median);
-		if (r.enc_ratio)
-			j.field("enc_ratio", *r.enc_ratio);
-		else
-			j.key("enc_ratio").null();
-		if (r.dec_ratio)
-			j.field("dec_ratio", *r.dec_ratio);
-		else
-			j.key("dec_ratio").null();
-		j.end_object();
+		service::Json row{{"suite", r.subject->suite()},
+		                  {"group", r.subject->group()},
+		                  {"impl", r.subject->impl()},
+		                  {"ceiling", r.subject->ceiling()},
+		                  {"size", uint64_t(r.size)}};
+		add_stat(row, "enc", r.enc, r.size);
+		add_stat(row, "dec", r.dec, r.size);
+		if (r.copy.valid) row["copy_ns"] = json_round3(r.copy.median);
+		row["enc_ratio"] = optional_json(r.enc_ratio);
+		row["dec_ratio"] = optional_json(r.dec_ratio);
+		out.push_back(std::move(row));
 	}
-	j.end_array();
-	j.key("goals").begin_array();
-	for (const Goal& g : goals(rows)) {
-		j.begin_object().field("goal", g.what).field("measured", g.measured);
-		if (g.known)
-			j.field("met", g.met);
-		else
-			j.key("met").null();
-		j.end_object();
-	}
-	j.end_array().end_object();
-	return j.str();
+	service::Json& goal_list = j["goals"] = service::Json::array();
+	for (const Goal& g : goals(rows))
+		goal_list.push_back(
+		    service::Json{{"goal", g.what},
+		                  {"measured", g.measured},
+		                  {"met", g.known ? service::Json(g.met) : service::Json(nullptr)}});
+	return j;
 }
 
 /// run_crypto_bench() - the crypto command with @o; the exit status
@@ -453,10 +450,7 @@ int run_crypto_bench(const Options& o) {
 
 	const bool json_stdout = o.json && o.json_file.empty();
 	print_table(json_stdout ? stderr : stdout, m, o, rows);
-	if (o.json) {
-		const std::string text = to_json(m, o, rows) + "\n";
-		write_json(text, o.json_file);
-	}
+	if (o.json) write_json(to_json(m, o, rows), o.json_file);
 	return 0;
 }
 

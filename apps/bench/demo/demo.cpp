@@ -29,8 +29,7 @@
 namespace esptun::bench::demo {
 
 using namespace lab;
-using service::JsonValue;
-using service::parse_json;
+using service::Json;
 
 namespace {
 
@@ -115,7 +114,7 @@ std::string human_bytes(double b) {
 struct Results {
 	std::optional<PingResult> ping_ab, ping_ba;
 	std::optional<TransferSide> sent, received;
-	std::optional<JsonValue> status_a, status_b;
+	std::optional<Json> status_a, status_b;
 	std::vector<std::string> failures;
 
 	/**
@@ -172,13 +171,13 @@ void run_transfer(const NetnsPair& nets, uint64_t bytes, Results& res) {
 }
 
 /// drops_text() - "0", or "auth_failed 3, replay 1" for the non-zero reasons
-std::string drops_text(const JsonValue& status) {
-	const JsonValue* drops = status.get("drops");
-	if (!drops) return "?";
+std::string drops_text(const Json& status) {
+	const Json* drops = service::json_at(status, {"drops"});
+	if (!drops || !drops->is_object()) return "?";
 	std::string s;
 	uint64_t total = 0;
-	for (const auto& [reason, v] : drops->members) {
-		uint64_t n = v.as_u64();
+	for (const auto& [reason, v] : drops->items()) {
+		uint64_t n = service::json_u64(&v);
 		total += n;
 		if (n) s += (s.empty() ? "" : ", ") + reason + " " + std::to_string(n);
 	}
@@ -186,22 +185,20 @@ std::string drops_text(const JsonValue& status) {
 }
 
 /// u64_at() - the integer at @path under @v, 0 when @v is null or it is missing
-uint64_t u64_at(const JsonValue* v, std::initializer_list<std::string_view> path) {
-	const JsonValue* n = v ? v->at(path) : nullptr;
-	return n ? n->as_u64() : 0;
+uint64_t u64_at(const Json* v, std::initializer_list<std::string_view> path) {
+	return service::json_u64(v ? service::json_at(*v, path) : nullptr);
 }
 
 /// string_at() - the string at @path under @v, "?" when missing
-std::string string_at(const JsonValue* v, std::initializer_list<std::string_view> path) {
-	const JsonValue* n = v ? v->at(path) : nullptr;
-	return n ? n->as_string("?") : "?";
+std::string string_at(const Json* v, std::initializer_list<std::string_view> path) {
+	return service::json_string(v ? service::json_at(*v, path) : nullptr, "?");
 }
 
 /// print_gateway() - one gateway's block of the summary table: its first
 /// (only) peer's cipher and both SAs, then its drops
-void print_gateway(const std::string& side, const JsonValue& st) {
-	const JsonValue* peers = st.get("peers");
-	const JsonValue* peer = peers && !peers->items.empty() ? &peers->items.front() : nullptr;
+void print_gateway(const std::string& side, const Json& st) {
+	const Json* peers = service::json_at(st, {"peers"});
+	const Json* peer = peers && peers->is_array() && !peers->empty() ? &peers->front() : nullptr;
 	const struct {
 		const char* label;
 		std::string_view key;

@@ -1,6 +1,8 @@
 // The command-line helpers of the bench commands: see cli.hpp.
 #include "apps/bench/lab/cli.hpp"
 
+#include "service/json_io.hpp"
+
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -13,7 +15,8 @@ CLI::Option* add_json_option(CLI::App& verb, std::string& file) {
 	    ->expected(0, 1);
 }
 
-void write_json(const std::string& text, const std::string& file) {
+void write_json(const nlohmann::ordered_json& doc, const std::string& file) {
+	const std::string text = service::json_text(doc) + "\n";
 	if (file.empty()) {
 		std::fputs(text.c_str(), stdout);
 		return;

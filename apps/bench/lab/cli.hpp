@@ -4,6 +4,7 @@
 
 #include "apps/cli/options.hpp"
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 namespace esptun::bench::lab {
@@ -17,9 +18,9 @@ namespace esptun::bench::lab {
 CLI::Option* add_json_option(CLI::App& verb, std::string& file);
 
 /**
- * write_json() - @text to stdout when @file is empty, else to @file
+ * write_json() - @doc as one line of JSON to stdout when @file is empty, else to @file
  * Throws std::runtime_error when @file cannot be written.
  */
-void write_json(const std::string& text, const std::string& file);
+void write_json(const nlohmann::ordered_json& doc, const std::string& file);
 
 } // namespace esptun::bench::lab

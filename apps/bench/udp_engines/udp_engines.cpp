@@ -3,7 +3,7 @@
 #include "apps/bench/lab/cli.hpp"
 
 #include "platform/udp_engine.hpp"
-#include "service/json.hpp"
+#include "service/json_io.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -272,35 +272,36 @@ void print_table(std::FILE* f, const Options& o, const std::vector<Sample>& rows
 	}
 }
 
-std::string to_json(const Options& o, const std::vector<Sample>& rows) {
-	service::JsonWriter j;
-	j.begin_object();
-	j.field("kernel", kernel_release()).field("cpus", std::thread::hardware_concurrency());
-	j.field("size", uint64_t(o.size)).field("batch", uint64_t(o.batch)).field("rounds", o.rounds);
-	j.field("seconds", o.seconds).field("pinned", o.pin).field("path", "loopback");
-	j.key("rows").begin_array();
+service::Json to_json(const Options& o, const std::vector<Sample>& rows) {
+	using service::json_round3;
+	service::Json j{{"kernel", kernel_release()},
+	                {"cpus", std::thread::hardware_concurrency()},
+	                {"size", uint64_t(o.size)},
+	                {"batch", uint64_t(o.batch)},
+	                {"rounds", o.rounds},
+	                {"seconds", json_round3(o.seconds)},
+	                {"pinned", o.pin},
+	                {"path", "loopback"}};
+	service::Json& out = j["rows"] = service::Json::array();
 	for (size_t i = 0; i < rows.size(); i++) {
 		const Subject& s = kSubjects[i];
 		const Sample& m = rows[i];
-		j.begin_object()
-		    .field("engine", s.uring ? "uring" : "mmsg")
-		    .field("recv", s.uring
-		                       ? (s.recv == platform::UringRecv::multishot ? "multishot" : "oneshot")
-		                       : "recvmmsg")
-		    .field("gso", s.gso)
-		    .field("tx_pps", m.tx_pps)
-		    .field("rx_pps", m.rx_pps)
-		    .field("loss", m.loss)
-		    .field("tx_cpu_ns_per_pkt", m.tx_cpu_ns)
-		    .field("rx_cpu_ns_per_pkt", m.rx_cpu_ns)
-		    .field("tx_syscalls_per_pkt", m.tx_sys)
-		    .field("rx_syscalls_per_pkt", m.rx_sys)
-		    .field("rearms_per_1000_pkts", m.rearms)
-		    .field("flow_control_timeouts", m.stalls)
-		    .end_object();
+		out.push_back(service::Json{
+		    {"engine", s.uring ? "uring" : "mmsg"},
+		    {"recv", s.uring ? (s.recv == platform::UringRecv::multishot ? "multishot" : "oneshot")
+		                     : "recvmmsg"},
+		    {"gso", s.gso},
+		    {"tx_pps", json_round3(m.tx_pps)},
+		    {"rx_pps", json_round3(m.rx_pps)},
+		    {"loss", json_round3(m.loss)},
+		    {"tx_cpu_ns_per_pkt", json_round3(m.tx_cpu_ns)},
+		    {"rx_cpu_ns_per_pkt", json_round3(m.rx_cpu_ns)},
+		    {"tx_syscalls_per_pkt", json_round3(m.tx_sys)},
+		    {"rx_syscalls_per_pkt", json_round3(m.rx_sys)},
+		    {"rearms_per_1000_pkts", json_round3(m.rearms)},
+		    {"flow_control_timeouts", json_round3(m.stalls)}});
 	}
-	j.end_array().end_object();
-	return j.str();
+	return j;
 }
 
 /// run_udp_engines() - the udp-engines command with @o; the exit status
@@ -328,10 +329,7 @@ int run_udp_engines(const Options& o) {
 
 	const bool json_stdout = o.json && o.json_file.empty();
 	print_table(json_stdout ? stderr : stdout, o, rows);
-	if (o.json) {
-		const std::string text = to_json(o, rows) + "\n";
-		write_json(text, o.json_file);
-	}
+	if (o.json) write_json(to_json(o, rows), o.json_file);
 	return 0;
 }
 

@@ -3,7 +3,6 @@
 #include "apps/bench/vhost_counts/vhost_counts.hpp"
 
 #include "service/control.hpp"
-#include "service/json.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -16,7 +15,8 @@
 namespace esptun::bench::vhost_counts {
 
 using cli::UsageError;
-using service::JsonValue;
+using service::Json;
+using service::json_round3;
 using service::parse_json;
 
 namespace {
@@ -26,24 +26,23 @@ constexpr double kMinDirectShare = 0.95; // one in flight: share of direct write
 constexpr double kMaxBulkKicksPerPacket = 1.0 / 32;
 constexpr double kMaxBulkSyscallsPerPacket = 0.1;
 
-uint64_t u64_at(const JsonValue& v, std::initializer_list<std::string_view> path) {
-	const JsonValue* n = v.at(path);
-	if (!n || n->kind != JsonValue::Kind::number)
+uint64_t u64_at(const Json& v, std::initializer_list<std::string_view> path) {
+	const Json* n = service::json_at(v, path);
+	if (!n || !n->is_number())
 		throw std::runtime_error("status has no number at " + std::string(*path.begin()) + "." +
 		                         std::string(*(path.end() - 1)) +
 		                         " (a gateway built before the tun_syscalls counters?)");
-	return n->as_u64();
+	return service::json_u64(n);
 }
 
-std::string mode_of(const JsonValue& status) {
-	std::string mode =
-	    status.at({"tun_io", "mode"}) ? status.at({"tun_io", "mode"})->as_string("?") : "?";
+std::string mode_of(const Json& status) {
+	std::string mode = service::json_string(service::json_at(status, {"tun_io", "mode"}), "?");
 	if (mode == "vhost") mode += " dwm=" + std::to_string(u64_at(status, {"tun_io", "direct_write_max"}));
 	return mode;
 }
 
 /// add_delta() - @row += the counters of @after - @before (one gateway)
-void add_delta(PhaseCounts& row, const JsonValue& before, const JsonValue& after) {
+void add_delta(PhaseCounts& row, const Json& before, const Json& after) {
 	auto d = [&](std::initializer_list<std::string_view> path) {
 		const uint64_t a = u64_at(after, path), b = u64_at(before, path);
 		if (a < b) throw std::runtime_error("a counter went backwards: was the gateway restarted?");
@@ -75,36 +74,43 @@ std::string fmt(const char* f, double v) {
 }
 
 /// The raw fields of a row, in JSON and in this order.
-void write_raw(service::JsonWriter& j, const PhaseCounts& r) {
-	j.field("mode", r.mode).field("phase", r.phase);
-	j.field("to_tun", r.to_tun).field("from_tun", r.from_tun);
-	j.field("tx_ring", r.tx_ring).field("direct_writes", r.direct_writes);
-	j.field("rx_ring", r.rx_ring).field("ring_full", r.ring_full);
-	j.field("tun_reads", r.tun_reads).field("tun_writes", r.tun_writes);
-	j.field("rx_kicks", r.rx_kicks).field("tx_kicks", r.tx_kicks);
-	j.field("rx_kicks_suppressed", r.rx_kicks_suppressed)
-	    .field("tx_kicks_suppressed", r.tx_kicks_suppressed);
-	j.field("needless_kicks", r.needless_kicks);
-	j.field("polls", r.polls).field("poll_waits", r.poll_waits);
+Json raw_json(const PhaseCounts& r) {
+	Json j{{"mode", r.mode},
+	       {"phase", r.phase},
+	       {"to_tun", r.to_tun},
+	       {"from_tun", r.from_tun},
+	       {"tx_ring", r.tx_ring},
+	       {"direct_writes", r.direct_writes},
+	       {"rx_ring", r.rx_ring},
+	       {"ring_full", r.ring_full},
+	       {"tun_reads", r.tun_reads},
+	       {"tun_writes", r.tun_writes},
+	       {"rx_kicks", r.rx_kicks},
+	       {"tx_kicks", r.tx_kicks},
+	       {"rx_kicks_suppressed", r.rx_kicks_suppressed},
+	       {"tx_kicks_suppressed", r.tx_kicks_suppressed},
+	       {"needless_kicks", r.needless_kicks},
+	       {"polls", r.polls},
+	       {"poll_waits", r.poll_waits}};
 	if (!r.accel.empty()) {
-		j.field("accel", r.accel);
-		j.field("rtt_p50_ms", r.rtt_p50_ms)
-		    .field("rtt_p99_ms", r.rtt_p99_ms)
-		    .field("mbit_s", r.mbit_s);
+		j["accel"] = r.accel;
+		j["rtt_p50_ms"] = json_round3(r.rtt_p50_ms);
+		j["rtt_p99_ms"] = json_round3(r.rtt_p99_ms);
+		j["mbit_s"] = json_round3(r.mbit_s);
 	}
+	return j;
 }
 
-double number_at(const JsonValue& v, std::string_view key) {
-	const JsonValue* n = v.get(key);
-	if (!n || n->kind != JsonValue::Kind::number)
-		throw std::runtime_error("row has no number " + std::string(key));
-	return n->number;
+double number_at(const Json& v, std::string_view key) {
+	const Json* n = service::json_at(v, {key});
+	if (!n || !n->is_number()) throw std::runtime_error("row has no number " + std::string(key));
+	return n->get<double>();
 }
 
-PhaseCounts read_raw(const JsonValue& v) {
+PhaseCounts read_raw(const Json& v) {
 	PhaseCounts r;
-	r.mode = v.get("mode") ? v.get("mode")->as_string() : "";
-	r.phase = v.get("phase") ? v.get("phase")->as_string() : "";
+	r.mode = service::json_string(service::json_at(v, {"mode"}));
+	r.phase = service::json_string(service::json_at(v, {"phase"}));
 	auto n = [&](std::string_view k) { return u64_at(v, {k}); };
 	r.to_tun = n("to_tun"), r.from_tun = n("from_tun");
 	r.tx_ring = n("tx_ring"), r.direct_writes = n("direct_writes");
@@ -114,15 +120,15 @@ PhaseCounts read_raw(const JsonValue& v) {
 	r.rx_kicks_suppressed = n("rx_kicks_suppressed"), r.tx_kicks_suppressed = n("tx_kicks_suppressed");
 	r.needless_kicks = n("needless_kicks");
 	r.polls = n("polls"), r.poll_waits = n("poll_waits");
-	if (const JsonValue* a = v.get("accel")) {
-		r.accel = a->as_string();
+	if (const Json* a = service::json_at(v, {"accel"})) {
+		r.accel = service::json_string(a);
 		r.rtt_p50_ms = number_at(v, "rtt_p50_ms"), r.rtt_p99_ms = number_at(v, "rtt_p99_ms");
 		r.mbit_s = number_at(v, "mbit_s");
 	}
 	return r;
 }
 
-JsonValue read_json_file(const std::string& path) {
+Json read_json_file(const std::string& path) {
 	std::ifstream in(path);
 	if (!in) throw std::runtime_error("cannot read " + path);
 	std::stringstream ss;
@@ -131,15 +137,11 @@ JsonValue read_json_file(const std::string& path) {
 }
 
 int cmd_snapshot(const std::vector<std::string>& socks) {
-	std::string out = "[";
-	for (size_t i = 0; i < socks.size(); i++) {
-		std::string s = service::query_control(socks[i]);
-		(void)parse_json(s); // refuse to record anything but JSON
-		while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
-			s.pop_back();
-		out += (i ? "," : "") + s;
-	}
-	std::printf("%s]\n", out.c_str());
+	if (socks.empty()) throw UsageError("snapshot needs at least one control socket");
+	Json out = Json::array();
+	for (const std::string& sock : socks)
+		out.push_back(parse_json(service::query_control(sock))); // refuses anything but JSON
+	std::printf("%s\n", service::json_text(out).c_str());
 	return 0;
 }
 
@@ -182,11 +184,7 @@ int cmd_row(const RowArgs& args) {
 		r.rtt_p50_ms = percentile(rtts, 50), r.rtt_p99_ms = percentile(rtts, 99);
 	}
 	if (bytes > 0) r.mbit_s = bytes * 8 / (elapsed_ms * 1000);
-	service::JsonWriter j;
-	j.begin_object();
-	write_raw(j, r);
-	j.end_object();
-	std::printf("%s\n", j.str().c_str());
+	std::printf("%s\n", service::json_text(raw_json(r)).c_str());
 	return 0;
 }
 
@@ -263,35 +261,29 @@ void print_table(const std::vector<PhaseCounts>& rows) {
 }
 
 void print_json(const std::vector<PhaseCounts>& rows) {
-	service::JsonWriter j;
-	j.begin_object().key("rows").begin_array();
+	Json out{{"rows", Json::array()}};
 	for (const PhaseCounts& r : rows) {
-		j.begin_object();
-		write_raw(j, r);
-		j.key("per_packet").begin_object();
-		j.field("direct_share", ratio(r.direct_writes, r.to_tun));
-		j.field("syscalls_to_tun", ratio(r.to_tun_syscalls(), r.to_tun));
-		j.field("syscalls_from_tun", ratio(r.from_tun_syscalls(), r.from_tun));
-		j.field("syscalls", ratio(r.to_tun_syscalls() + r.from_tun_syscalls(), r.packets()));
-		j.field("kicks", ratio(r.kicks(), r.packets()));
-		j.field("wakeups", ratio(r.poll_waits, r.packets()));
-		j.field("polls", ratio(r.polls, r.packets()));
-		j.field("tx_ring_packets_per_batch", ratio(r.tx_ring, r.tx_batches()));
-		j.field("tx_kicks_per_batch", ratio(r.tx_kicks, r.tx_batches()));
-		j.end_object();
-		j.key("goals").begin_array();
+		Json row = raw_json(r);
+		row["per_packet"] =
+		    Json{{"direct_share", json_round3(ratio(r.direct_writes, r.to_tun))},
+		         {"syscalls_to_tun", json_round3(ratio(r.to_tun_syscalls(), r.to_tun))},
+		         {"syscalls_from_tun", json_round3(ratio(r.from_tun_syscalls(), r.from_tun))},
+		         {"syscalls",
+		          json_round3(ratio(r.to_tun_syscalls() + r.from_tun_syscalls(), r.packets()))},
+		         {"kicks", json_round3(ratio(r.kicks(), r.packets()))},
+		         {"wakeups", json_round3(ratio(r.poll_waits, r.packets()))},
+		         {"polls", json_round3(ratio(r.polls, r.packets()))},
+		         {"tx_ring_packets_per_batch", json_round3(ratio(r.tx_ring, r.tx_batches()))},
+		         {"tx_kicks_per_batch", json_round3(ratio(r.tx_kicks, r.tx_batches()))}};
+		Json& goals = row["goals"] = Json::array();
 		for (const Goal& g : goals_for(r))
-			j.begin_object()
-			    .field("goal", g.what)
-			    .field("met", g.met)
-			    .field("measured", g.measured)
-			    .field("figure_only", g.figure_only)
-			    .end_object();
-		j.end_array();
-		j.end_object();
+			goals.push_back(Json{{"goal", g.what},
+			                     {"met", g.met},
+			                     {"measured", g.measured},
+			                     {"figure_only", g.figure_only}});
+		out["rows"].push_back(std::move(row));
 	}
-	j.end_array().end_object();
-	std::printf("%s\n", j.str().c_str());
+	std::printf("%s\n", service::json_text(out).c_str());
 }
 
 /// The arguments of `table`.
@@ -330,21 +322,19 @@ int cmd_table(const TableArgs& args) {
 
 } // namespace
 
-PhaseCounts phase_counts(const JsonValue& before, const JsonValue& after, const std::string& phase) {
-	if (before.kind != JsonValue::Kind::array || after.kind != JsonValue::Kind::array ||
-	    before.items.size() != after.items.size() || before.items.empty())
+PhaseCounts phase_counts(const Json& before, const Json& after, const std::string& phase) {
+	if (!before.is_array() || !after.is_array() || before.size() != after.size() || before.empty())
 		throw std::runtime_error("the snapshots must be arrays of the same gateways' status");
 	PhaseCounts row;
 	row.phase = phase;
-	for (size_t i = 0; i < after.items.size(); i++) {
-		const std::string m = mode_of(after.items[i]);
-		if (mode_of(before.items[i]) != m)
-			throw std::runtime_error("a gateway changed its tun_io mode");
+	for (size_t i = 0; i < after.size(); i++) {
+		const std::string m = mode_of(after[i]);
+		if (mode_of(before[i]) != m) throw std::runtime_error("a gateway changed its tun_io mode");
 		if (i == 0)
 			row.mode = m;
 		else if (row.mode != m)
 			row.mode += "/" + m;
-		add_delta(row, before.items[i], after.items[i]);
+		add_delta(row, before[i], after[i]);
 	}
 	return row;
 }

@@ -12,7 +12,7 @@
 #pragma once
 
 #include "apps/cli/options.hpp"
-#include "service/json_reader.hpp"
+#include "service/json_io.hpp"
 
 #include <cstdint>
 #include <string>
@@ -57,8 +57,7 @@ struct PhaseCounts {
  * objects, the same gateways in the same order)
  * Throws std::runtime_error when the snapshots do not match or lack counters.
  */
-PhaseCounts phase_counts(const service::JsonValue& before, const service::JsonValue& after,
-                         const std::string& phase);
+PhaseCounts phase_counts(const service::Json& before, const service::Json& after, const std::string& phase);
 
 /// Goal - one of issue 3's goals applied to one row.
 struct Goal {
