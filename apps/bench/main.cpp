@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
 	    bench::udp_engines::add_udp_engines(*app),
 	};
 	const CLI::App* help = cli::add_verb(*app, "help", "this text");
-	app->footer("'esptun-bench COMMAND --help' lists a command's options.");
+	app->footer("'esptun-bench COMMAND --help' lists a command's options.\n");
 	if (const int rc = cli::parse_command_line(*app, argc, argv); rc >= 0) return rc;
 	if (help->parsed()) {
 		std::fputs(app->help().c_str(), stdout);

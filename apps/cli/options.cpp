@@ -57,7 +57,8 @@ std::unique_ptr<CLI::App> make_app(const std::string& program, const std::string
 CLI::App* add_verb(CLI::App& parent, const std::string& name, const std::string& summary,
                    const std::string& details) {
 	CLI::App* verb = parent.add_subcommand(name, summary);
-	if (!details.empty()) verb->footer(details);
+	// CLI11 prints a footer without a line end of its own.
+	if (!details.empty()) verb->footer(details.back() == '\n' ? details : details + "\n");
 	return verb;
 }
 
@@ -112,7 +113,7 @@ CLI::Validator between(long long lo, long long hi) {
 			    return "wants a whole number from " + range + ", not '" + text + "'";
 		    return "";
 	    },
-	    "from " + range);
+	    "in " + std::to_string(lo) + ".." + std::to_string(hi));
 }
 
 } // namespace esptun::cli
