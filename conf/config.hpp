@@ -68,6 +68,9 @@ struct IkePeerConfig {
 	uint64_t rekey_bytes = 0;   ///< we rekey a CHILD_SA after this many bytes either way; 0 = no limit
 	uint64_t rekey_packets = 0; ///< the same in packets
 	bool initiate = false;      ///< default: true when the peer has an endpoint
+	/// The peer may use modp1024, prfsha1 and sha1 in its proposals (old gear
+	/// that can do nothing better); the gateway warns at start and reload
+	bool allow_weak = false;
 };
 
 struct PeerConfig {

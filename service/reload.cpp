@@ -145,6 +145,8 @@ std::string Reloader::reload() {
 			}
 		}
 	running_ = std::move(next);
+	for (const std::string& w : weak_peer_warnings(running_))
+		log::warn("reload: " + w);
 
 	std::string what;
 	auto say = [&](const char* how, const std::vector<std::string>& names) {
