@@ -208,4 +208,12 @@ Config load_config(const std::filesystem::path& path, Role role, FileSource& fil
 Config parse_config(std::string_view text, const std::string& source, Role role,
                     const std::filesystem::path& base_dir = ".");
 
+/**
+ * weak_peer_warnings() - one line per IKE peer of @config whose proposals
+ * name weak algorithms (allowed by its allow_weak = true), naming the peer
+ * and them: the gateway logs them as warnings at start and at every reload,
+ * `check` prints them.
+ */
+std::vector<std::string> weak_peer_warnings(const Config& config);
+
 } // namespace esptun::conf

@@ -130,3 +130,24 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 }
 
 } // namespace esptun::conf::detail
+
+namespace esptun::conf {
+
+std::vector<std::string> weak_peer_warnings(const Config& config) {
+	std::vector<std::string> out;
+	for (const PeerConfig& p : config.peers) {
+		if (!p.ike) continue;
+		const std::vector<std::string_view> weak =
+		    ike::weak_algorithms(p.ike->ike_proposals, p.ike->esp_proposals);
+		if (weak.empty()) continue;
+		std::string names;
+		for (std::string_view w : weak)
+			names += (names.empty() ? "" : ", ") + std::string(w);
+		out.push_back("peer " + p.name + " uses weak algorithms (" + names +
+		              ") by its allow_weak = true: RFC 8247 advises against them; move the peer "
+		              "to stronger ones when it can");
+	}
+	return out;
+}
+
+} // namespace esptun::conf

@@ -105,23 +105,6 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 	return out;
 }
 
-std::vector<std::string> weak_peer_warnings(const conf::Config& config) {
-	std::vector<std::string> out;
-	for (const conf::PeerConfig& p : config.peers) {
-		if (!p.ike) continue;
-		const std::vector<std::string_view> weak =
-		    ike::weak_algorithms(p.ike->ike_proposals, p.ike->esp_proposals);
-		if (weak.empty()) continue;
-		std::string names;
-		for (std::string_view w : weak)
-			names += (names.empty() ? "" : ", ") + std::string(w);
-		out.push_back("peer " + p.name + " uses weak algorithms (" + names +
-		              ") by its allow_weak = true: RFC 8247 advises against them; move the peer "
-		              "to stronger ones when it can");
-	}
-	return out;
-}
-
 IkeService::IkeService(asio::io_context& io, const conf::Config& config, tunnel::SaTable& table, int natt_fd,
                        datapath::IkeInbox& inbox, int tun_ifindex)
     : table_(table), natt_fd_(natt_fd), inbox_(inbox), tun_ifindex_(tun_ifindex), inbox_wait_(io),

@@ -30,13 +30,6 @@ namespace esptun::service {
 /// with @hostname as local identity where none is configured.
 std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std::string& hostname);
 
-/**
- * weak_peer_warnings() - one line per IKE peer of @config whose proposals
- * name weak algorithms (allowed by its allow_weak = true), naming the peer
- * and them; logged as warnings at start and at every reload.
- */
-std::vector<std::string> weak_peer_warnings(const conf::Config& config);
-
 class IkeService final : public ike::Host {
 public:
 	/**

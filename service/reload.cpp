@@ -78,7 +78,7 @@ std::string Reloader::reload() {
 	// Weak algorithms by a peer's allow_weak are warned of at every reload
 	// the new config passed, changed peers or not.
 	auto warn_weak = [](const conf::Config& config) {
-		for (const std::string& w : weak_peer_warnings(config))
+		for (const std::string& w : conf::weak_peer_warnings(config))
 			log::warn("reload: " + w);
 	};
 	if (!d.peers_differ()) {

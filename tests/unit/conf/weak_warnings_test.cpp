@@ -1,7 +1,6 @@
-// weak_peer_warnings(): the lines the gateway logs at start and reload for
+// conf::weak_peer_warnings(): the lines the gateway logs at start and reload (and check prints) for
 // IKE peers that use weak algorithms by their allow_weak opt-in.
 #include "conf/config.hpp"
-#include "service/ike_service.hpp"
 
 #include <doctest/doctest.h>
 
@@ -33,7 +32,7 @@ TEST_CASE("a warning per peer with weak algorithms, naming the peer and each alg
 	    gateway("allow_weak = true\nike_proposals = [\"aes128-sha1-modp1024\", "
 	            "\"aes256-sha1-modp2048\"]\nesp_proposals = [\"aes128-sha1-modp1024\"]\n"),
 	    "t.toml", conf::Role::gateway);
-	const std::vector<std::string> lines = service::weak_peer_warnings(weak);
+	const std::vector<std::string> lines = conf::weak_peer_warnings(weak);
 	REQUIRE(lines.size() == 1);
 	CAPTURE(lines[0]);
 	CHECK(lines[0].find("peer old-box uses weak algorithms (sha1, prfsha1, modp1024) by its "
@@ -42,7 +41,7 @@ TEST_CASE("a warning per peer with weak algorithms, naming the peer and each alg
 	// The opt-in alone, with nothing weak named, warns of nothing.
 	const conf::Config unused =
 	    conf::parse_config(gateway("allow_weak = true\n"), "t.toml", conf::Role::gateway);
-	CHECK(service::weak_peer_warnings(unused).empty());
+	CHECK(conf::weak_peer_warnings(unused).empty());
 	const conf::Config none = conf::parse_config(gateway(""), "t.toml", conf::Role::gateway);
-	CHECK(service::weak_peer_warnings(none).empty());
+	CHECK(conf::weak_peer_warnings(none).empty());
 }
