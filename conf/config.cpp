@@ -52,13 +52,13 @@ constexpr std::string_view kPeerKeys[] = {"name",          "endpoint",       "al
                                           "psk",           "psk_file",       "local_id",    "remote_id",
                                           "ike_proposals", "esp_proposals",  "initiate",    "dpd_interval",
                                           "rekey_time",    "ike_rekey_time", "local_ts",    "rekey_bytes",
-                                          "rekey_packets"};
+                                          "rekey_packets", "allow_weak"};
 /// Keys of a statically keyed peer that an IKE peer negotiates instead.
 constexpr std::string_view kStaticOnlyKeys[] = {"cipher", "esn", "out", "in"};
 /// Keys that only mean something with IKE.
 constexpr std::string_view kIkeOnlyKeys[] = {"local_id", "remote_id",    "ike_proposals", "esp_proposals",
                                              "initiate", "dpd_interval", "rekey_time",    "ike_rekey_time",
-                                             "local_ts", "rekey_bytes",  "rekey_packets"};
+                                             "local_ts", "rekey_bytes",  "rekey_packets", "allow_weak"};
 
 constexpr uint32_t kMinMtu = 576;      // RFC 791: every IPv4 host takes 576-byte datagrams
 constexpr uint32_t kMinMtuIpv6 = 1280; // RFC 8200 section 5

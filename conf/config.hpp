@@ -68,6 +68,9 @@ struct IkePeerConfig {
 	uint64_t rekey_bytes = 0;   ///< we rekey a CHILD_SA after this many bytes either way; 0 = no limit
 	uint64_t rekey_packets = 0; ///< the same in packets
 	bool initiate = false;      ///< default: true when the peer has an endpoint
+	/// The peer may use modp1024, prfsha1 and sha1 in its proposals (old gear
+	/// that can do nothing better); the gateway warns at start and reload
+	bool allow_weak = false;
 };
 
 struct PeerConfig {
@@ -204,5 +207,13 @@ Config load_config(const std::filesystem::path& path, Role role, FileSource& fil
  */
 Config parse_config(std::string_view text, const std::string& source, Role role,
                     const std::filesystem::path& base_dir = ".");
+
+/**
+ * weak_peer_warnings() - one line per IKE peer of @config whose proposals
+ * name weak algorithms (allowed by its allow_weak = true), naming the peer
+ * and them: the gateway logs them as warnings at start and at every reload,
+ * `check` prints them.
+ */
+std::vector<std::string> weak_peer_warnings(const Config& config);
 
 } // namespace esptun::conf

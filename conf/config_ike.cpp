@@ -44,6 +44,7 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 	ike.local_id = identity("local_id", config_.tunnel.local_id);
 	ike.remote_id = identity("remote_id", peer.name);
 
+	if (auto v = get_bool(t, "allow_weak", where)) ike.allow_weak = v->value;
 	int list_line = 0;
 	auto ike_list = get_strings(t, "ike_proposals", where, &list_line);
 	if (t.contains("ike_proposals")) {
@@ -52,7 +53,7 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 		ike.ike_proposals.clear();
 		for (const auto& e : ike_list) {
 			std::string err;
-			auto suite = ike::parse_ike_proposal(e.value, err);
+			auto suite = ike::parse_ike_proposal(e.value, err, ike.allow_weak);
 			if (!suite) fail(e.line, "ike_proposals entry " + q(e.value) + ": " + err);
 			ike.ike_proposals.push_back(*suite);
 		}
@@ -64,7 +65,7 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 		ike.esp_proposals.clear();
 		for (const auto& e : esp_list) {
 			std::string err;
-			auto suite = ike::parse_esp_proposal(e.value, err);
+			auto suite = ike::parse_esp_proposal(e.value, err, ike.allow_weak);
 			if (!suite) fail(e.line, "esp_proposals entry " + q(e.value) + ": " + err);
 			ike.esp_proposals.push_back(*suite);
 		}
@@ -129,3 +130,24 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 }
 
 } // namespace esptun::conf::detail
+
+namespace esptun::conf {
+
+std::vector<std::string> weak_peer_warnings(const Config& config) {
+	std::vector<std::string> out;
+	for (const PeerConfig& p : config.peers) {
+		if (!p.ike) continue;
+		const std::vector<std::string_view> weak =
+		    ike::weak_algorithms(p.ike->ike_proposals, p.ike->esp_proposals);
+		if (weak.empty()) continue;
+		std::string names;
+		for (std::string_view w : weak)
+			names += (names.empty() ? "" : ", ") + std::string(w);
+		out.push_back("peer " + p.name + " uses weak algorithms (" + names +
+		              ") by its allow_weak = true: RFC 8247 advises against them; move the peer "
+		              "to stronger ones when it can");
+	}
+	return out;
+}
+
+} // namespace esptun::conf

@@ -58,6 +58,8 @@ constexpr size_t kHeaderLengthOff = 24;
 
 const char* prf_digest(PrfId p) noexcept {
 	switch (p) {
+	case PrfId::hmac_sha1:
+		return "SHA1";
 	case PrfId::hmac_sha256:
 		return "SHA256";
 	case PrfId::hmac_sha384:
@@ -68,9 +70,12 @@ const char* prf_digest(PrfId p) noexcept {
 	return nullptr;
 }
 
-/// The integrity transforms are HMAC-SHA2 truncated to half (RFC 4868).
+/// The integrity transforms are HMAC-SHA2 truncated to half (RFC 4868), and
+/// HMAC-SHA-1 truncated to 96 bits (RFC 2404).
 const char* integ_digest(IntegId i) noexcept {
 	switch (i) {
+	case IntegId::hmac_sha1_96:
+		return "SHA1";
 	case IntegId::hmac_sha256_128:
 		return "SHA256";
 	case IntegId::hmac_sha384_192:
@@ -153,6 +158,8 @@ std::string_view encr_name(EncrId e, uint16_t key_bits) noexcept {
 
 std::string_view prf_name(PrfId p) noexcept {
 	switch (p) {
+	case PrfId::hmac_sha1:
+		return "prfsha1";
 	case PrfId::hmac_sha256:
 		return "prfsha256";
 	case PrfId::hmac_sha384:
@@ -167,6 +174,8 @@ std::string_view integ_name(IntegId i) noexcept {
 	switch (i) {
 	case IntegId::none:
 		return "none";
+	case IntegId::hmac_sha1_96:
+		return "sha1";
 	case IntegId::hmac_sha256_128:
 		return "sha256";
 	case IntegId::hmac_sha384_192:
@@ -179,10 +188,18 @@ std::string_view integ_name(IntegId i) noexcept {
 
 std::string_view dh_name(DhGroup g) noexcept {
 	switch (g) {
+	case DhGroup::modp1024:
+		return "modp1024";
 	case DhGroup::modp2048:
 		return "modp2048";
+	case DhGroup::modp3072:
+		return "modp3072";
+	case DhGroup::modp4096:
+		return "modp4096";
 	case DhGroup::ecp256:
 		return "ecp256";
+	case DhGroup::ecp384:
+		return "ecp384";
 	case DhGroup::curve25519:
 		return "x25519";
 	}
@@ -198,6 +215,10 @@ bool known_integ(uint16_t id) noexcept {
 }
 bool known_dh(uint16_t id) noexcept { return DhKeyPair::public_len(DhGroup(id)) != 0; }
 
+bool weak_prf(PrfId p) noexcept { return p == PrfId::hmac_sha1; }
+bool weak_integ(IntegId i) noexcept { return i == IntegId::hmac_sha1_96; }
+bool weak_dh(DhGroup g) noexcept { return g == DhGroup::modp1024; }
+
 bool valid_suite(const IkeSuite& s) noexcept {
 	if (encr_keymat_len(s.encr, s.key_bits) == 0 || prf_len(s.prf) == 0 || !known_dh(uint16_t(s.dh)))
 		return false;
@@ -209,6 +230,8 @@ bool valid_suite(const IkeSuite& s) noexcept {
 
 size_t prf_len(PrfId p) noexcept {
 	switch (p) {
+	case PrfId::hmac_sha1:
+		return 20;
 	case PrfId::hmac_sha256:
 		return 32;
 	case PrfId::hmac_sha384:
@@ -219,9 +242,12 @@ size_t prf_len(PrfId p) noexcept {
 	return 0;
 }
 
-/// RFC 4868 section 2: the key is the hash's output length, the ICV half of it.
+/// RFC 4868 section 2: the key is the hash's output length, the ICV half of
+/// it; RFC 2404: HMAC-SHA-1-96 has a 20-byte key and a 12-byte ICV.
 size_t integ_key_len(IntegId i) noexcept {
 	switch (i) {
+	case IntegId::hmac_sha1_96:
+		return 20;
 	case IntegId::hmac_sha256_128:
 		return 32;
 	case IntegId::hmac_sha384_192:
@@ -234,7 +260,7 @@ size_t integ_key_len(IntegId i) noexcept {
 	return 0;
 }
 
-size_t integ_icv_len(IntegId i) noexcept { return integ_key_len(i) / 2; }
+size_t integ_icv_len(IntegId i) noexcept { return i == IntegId::hmac_sha1_96 ? 12 : integ_key_len(i) / 2; }
 
 size_t encr_keymat_len(EncrId e, uint16_t key_bits) noexcept {
 	switch (e) {

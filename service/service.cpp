@@ -178,6 +178,8 @@ std::unique_ptr<IkeService> open_ike(asio::io_context& io, const conf::Config& c
 		return nullptr;
 	auto ike = std::make_unique<IkeService>(io, config, table, workers[0]->udp->fd(), inbox,
 	                                        workers[0]->queue.ifindex);
+	for (const std::string& w : conf::weak_peer_warnings(config))
+		log::warn(w);
 	for (auto& wk : workers)
 		wk->plane->set_ike_inbox(&inbox);
 	info.ike = ike.get();

@@ -255,6 +255,8 @@ int check(const conf::Config& config) {
 	// Building the SA table also runs the key material through the crypto
 	// library, exactly as `run` would.
 	tunnel::SaTable table(service::peer_params(config));
+	for (const std::string& w : conf::weak_peer_warnings(config))
+		std::fprintf(stderr, "%s: warning: %s\n", config.source.c_str(), w.c_str());
 	std::printf("%s: OK (%zu peer%s, interface %s)\n", config.source.c_str(), config.peers.size(),
 	            config.peers.size() == 1 ? "" : "s", config.tunnel.interface.c_str());
 	return 0;

@@ -27,7 +27,7 @@ def esptun_ike_config(interface, control_socket, state_dir, peer, local_id="a.sw
     """esptun_ike_config() - TOML for one esptun-gateway with one IKE peer.
     peer: dict with name, allowed_ips, remote_id, ike_proposals, esp_proposals
     and optionally endpoint, psk or psk_file, rekey_time, ike_rekey_time,
-    dpd_interval, initiate."""
+    dpd_interval, initiate, allow_weak."""
     lines = ["[tunnel]",
              f"interface = {_q(interface)}",
              f"addresses = {_list(addresses)}",
@@ -53,8 +53,9 @@ def esptun_ike_config(interface, control_socket, state_dir, peer, local_id="a.sw
     for key in ("rekey_time", "ike_rekey_time", "dpd_interval"):
         if peer.get(key) is not None:
             lines.append(f"{key} = {peer[key]}")
-    if peer.get("initiate") is not None:
-        lines.append(f"initiate = {'true' if peer['initiate'] else 'false'}")
+    for key in ("initiate", "allow_weak"):
+        if peer.get(key) is not None:
+            lines.append(f"{key} = {'true' if peer[key] else 'false'}")
     return "\n".join(lines) + "\n"
 
 

@@ -143,7 +143,8 @@ def build_case(ctx, idx, case, attempt=0):
     peer = dict(name=PEER, allowed_ips=[f"{B_IN}/32"], remote_id="b.sw",
                 ike_proposals=[case["ike"]], esp_proposals=[case["esp"]],
                 dpd_interval=case.get("dpd_interval", 30),
-                rekey_time=case.get("rekey_time"), ike_rekey_time=case.get("ike_rekey_time"))
+                rekey_time=case.get("rekey_time"), ike_rekey_time=case.get("ike_rekey_time"),
+                allow_weak=case.get("allow_weak"))
     if case["initiator"] == "esptun":
         # initiate defaults to true with an endpoint
         peer["endpoint"] = f"{RELAY_A if relay else B_UL}:4500"
