@@ -100,6 +100,7 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 		pol.ike_rekey_s = p.ike->ike_rekey_time;
 		pol.child_rekey_bytes = p.ike->rekey_bytes;
 		pol.child_rekey_packets = p.ike->rekey_packets;
+		pol.fragment_size = p.ike->fragment_size;
 		out.push_back(std::move(pol));
 	}
 	return out;
@@ -563,6 +564,10 @@ void IkeService::write_status(JsonWriter& j) const {
 	j.field("cookies_rejected", c.cookies_rejected);
 	j.field("groups_steered", c.groups_steered);
 	j.field("init_errors_ignored", c.init_errors_ignored);
+	j.field("fragments_sent", c.fragments_sent);
+	j.field("fragments_received", c.fragments_received);
+	j.field("fragments_dropped", c.fragments_dropped);
+	j.field("reassembly_abandoned", c.reassembly_abandoned);
 	j.field("logs_suppressed", c.logs_suppressed);
 	j.field("sa_refused", c.sa_refused);
 	j.field("internal_errors", c.internal_errors);
