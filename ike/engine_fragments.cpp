@@ -163,8 +163,10 @@ std::optional<std::vector<uint8_t>> Engine::reassemble(IkeSa& sa, const Endpoint
 		r.clear();
 	}
 	if (r.total && total < r.total) return drop("fewer Total Fragments than earlier fragments said");
+	if (r.total && h.exchange != r.exchange) return drop("a fragment of another exchange type");
 	if (!r.total) {
 		r.id = h.message_id;
+		r.exchange = h.exchange;
 		r.total = total;
 		r.parts.assign(total, {});
 		r.got.assign(total, false);

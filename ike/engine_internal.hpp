@@ -335,11 +335,12 @@ inline PendingRequest new_request(Datagrams datagrams, uint32_t id, RequestKind 
  * given back when it is cleared or destroyed with its IKE SA.
  */
 struct Reassembly {
-	uint32_t id = 0;                         ///< the message ID
-	uint16_t total = 0;                      ///< Total Fragments; 0 = no message under way
-	uint16_t have = 0;                       ///< fragments held
-	PayloadType first = PayloadType::none;   ///< fragment 1's Next Payload
-	std::vector<std::vector<uint8_t>> parts; ///< by Fragment Number - 1
+	uint32_t id = 0;                             ///< the message ID
+	Exchange exchange = Exchange::informational; ///< every fragment's header names the same
+	uint16_t total = 0;                          ///< Total Fragments; 0 = no message under way
+	uint16_t have = 0;                           ///< fragments held
+	PayloadType first = PayloadType::none;       ///< fragment 1's Next Payload
+	std::vector<std::vector<uint8_t>> parts;     ///< by Fragment Number - 1
 	std::vector<bool> got;
 	size_t bytes = 0;
 	Clock::time_point started{};

@@ -389,9 +389,10 @@ TEST_CASE("Total Fragments: fewer than before is dropped, more restarts, a numbe
 	g.send(g.fragment(1, 2, 2, data, Exchange::ike_auth)); // fewer than 3
 	CHECK(g.c().fragments_dropped == 1);
 	CHECK(g.e->reassembly_bytes() == 100);
-	g.send(g.fragment(1, 4, 3, data, Exchange::ike_auth)); // number past the total
-	g.send(g.fragment(1, 0, 3, data, Exchange::ike_auth)); // number 0
-	CHECK(g.c().fragments_dropped == 3);
+	g.send(g.fragment(1, 4, 3, data, Exchange::ike_auth));      // number past the total
+	g.send(g.fragment(1, 0, 3, data, Exchange::ike_auth));      // number 0
+	g.send(g.fragment(1, 2, 3, data, Exchange::informational)); // another exchange, same ID
+	CHECK(g.c().fragments_dropped == 4);
 	CHECK(g.e->reassembly_bytes() == 100);
 
 	// More than before (section 2.6: the sender cut it smaller): start over.
