@@ -46,19 +46,37 @@ constexpr std::string_view kTunnelKeys[] = {
     "route_all", "direct_write_max", "crypto_impl", "udp_gso",      "socket_buffer", "busy_poll_us",
     "state_dir", "tun_offload",      "workers",     "io_engine",    "udp_gro",       "ike_port",
     "local_id",  "address_pool",     "dns",         "wake_poll_us", "kill_switch",   "drop_privileges",
-    "user"};
-constexpr std::string_view kPeerKeys[] = {"name",          "endpoint",       "allowed_ips", "cipher",
-                                          "esn",           "replay_window",  "out",         "in",
-                                          "psk",           "psk_file",       "local_id",    "remote_id",
-                                          "ike_proposals", "esp_proposals",  "initiate",    "dpd_interval",
-                                          "rekey_time",    "ike_rekey_time", "local_ts",    "rekey_bytes",
-                                          "rekey_packets", "allow_weak"};
+    "user",      "ike_fragment_size"};
+constexpr std::string_view kPeerKeys[] = {"name",
+                                          "endpoint",
+                                          "allowed_ips",
+                                          "cipher",
+                                          "esn",
+                                          "replay_window",
+                                          "out",
+                                          "in",
+                                          "psk",
+                                          "psk_file",
+                                          "local_id",
+                                          "remote_id",
+                                          "ike_proposals",
+                                          "esp_proposals",
+                                          "initiate",
+                                          "dpd_interval",
+                                          "rekey_time",
+                                          "ike_rekey_time",
+                                          "local_ts",
+                                          "rekey_bytes",
+                                          "rekey_packets",
+                                          "allow_weak",
+                                          "ike_fragment_size"};
 /// Keys of a statically keyed peer that an IKE peer negotiates instead.
 constexpr std::string_view kStaticOnlyKeys[] = {"cipher", "esn", "out", "in"};
 /// Keys that only mean something with IKE.
-constexpr std::string_view kIkeOnlyKeys[] = {"local_id", "remote_id",    "ike_proposals", "esp_proposals",
-                                             "initiate", "dpd_interval", "rekey_time",    "ike_rekey_time",
-                                             "local_ts", "rekey_bytes",  "rekey_packets", "allow_weak"};
+constexpr std::string_view kIkeOnlyKeys[] = {
+    "local_id",      "remote_id",  "ike_proposals",    "esp_proposals", "initiate",
+    "dpd_interval",  "rekey_time", "ike_rekey_time",   "local_ts",      "rekey_bytes",
+    "rekey_packets", "allow_weak", "ike_fragment_size"};
 
 constexpr uint32_t kMinMtu = 576;      // RFC 791: every IPv4 host takes 576-byte datagrams
 constexpr uint32_t kMinMtuIpv6 = 1280; // RFC 8200 section 5
@@ -310,6 +328,7 @@ void Loader::parse_tunnel(const toml::table& t) {
 			        " is not a UDP port; use 1..65535, or 0 to take IKE only on the listen port");
 		tc.ike_port = static_cast<uint16_t>(v->value);
 	}
+	tc.ike_fragment_size = parse_fragment_size(t, where, tc.ike_fragment_size);
 	for (const auto& a : get_strings(t, "address_pool", where, &address_pool_line_)) {
 		auto p = parse_prefix(a.value);
 		if (!p || p->network() != *p)

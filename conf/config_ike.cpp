@@ -8,6 +8,8 @@
 
 namespace esptun::conf::detail {
 
+static_assert(kDefaultIkeFragmentSize == ike::kDefaultFragmentSize);
+
 IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& peer) {
 	constexpr std::string_view where = "[[peer]]";
 	IkePeerConfig ike;
@@ -118,6 +120,7 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 			                  " or more, or 0 for no limit");
 		*field = static_cast<uint64_t>(v->value);
 	}
+	ike.fragment_size = parse_fragment_size(t, where, config_.tunnel.ike_fragment_size);
 	ike.initiate = peer.endpoint.has_value();
 	if (auto v = get_bool(t, "initiate", where)) {
 		if (v->value && !peer.endpoint)
@@ -127,6 +130,22 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 		ike.initiate = v->value;
 	}
 	return ike;
+}
+
+/**
+ * parse_fragment_size() - ike_fragment_size: the largest IP datagram an
+ * IKE fragment may make (RFC 7383 section 2.5.1 leaves it to the sender).
+ * At least ike::kMinFragmentSize, at most the largest IP datagram.
+ */
+uint32_t Loader::parse_fragment_size(const toml::table& t, std::string_view where, uint32_t fallback) {
+	auto v = get_int(t, "ike_fragment_size", where);
+	if (!v) return fallback;
+	if (v->value < ike::kMinFragmentSize || v->value > 65535)
+		fail(v->line, "ike_fragment_size " + std::to_string(v->value) +
+		                  " is out of range; use bytes from " +
+		                  std::to_string(ike::kMinFragmentSize) +
+		                  " to 65535 (the default 1280 passes any path that takes IPv6)");
+	return static_cast<uint32_t>(v->value);
 }
 
 } // namespace esptun::conf::detail

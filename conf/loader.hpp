@@ -116,6 +116,8 @@ private:
 	void parse_allowed_ips(const toml::table& t, PeerConfig& peer, bool may_be_empty);
 	void parse_endpoint_key(const toml::table& t, PeerConfig& peer);
 	IkePeerConfig parse_ike_peer(const toml::table& t, const PeerConfig& peer);
+	/// ike_fragment_size in @t ([tunnel] or a [[peer]]), checked; @fallback when absent.
+	uint32_t parse_fragment_size(const toml::table& t, std::string_view where, uint32_t fallback);
 	SaConfig parse_sa(const toml::table& peer_table, const PeerConfig& peer, std::string_view dir,
 	                  const crypto::CipherSpec& spec);
 	SecretBytes parse_key(const toml::table& t, int table_line, std::string_view where,

@@ -373,6 +373,9 @@ void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const
 	payloads.push_back(NoncePayload{sa->nr});
 	for (Payload& p : nat_detection(sa->spi_i, sa->spi_r, via, from))
 		payloads.push_back(std::move(p));
+	// RFC 7383 section 2.3: announced back only to an initiator that announced it.
+	sa->frag_peer = m.find_notify(notify::ikev2_fragmentation_supported) != nullptr;
+	if (sa->frag_peer) payloads.push_back(make_notify(notify::ikev2_fragmentation_supported));
 	sa->init_response = build_message(rh, payloads);
 	sa->peer_next_id = 1;
 	sa->next_id = 0;
@@ -434,8 +437,10 @@ void Engine::send_init(IkeSa& sa, Clock::time_point now) {
 	payloads.push_back(NoncePayload{sa.ni});
 	for (Payload& p : nat_detection(sa.spi_i, 0, sa.via, sa.remote))
 		payloads.push_back(std::move(p));
+	// RFC 7383 section 2.3: we take fragments and send them when the responder does too.
+	payloads.push_back(make_notify(notify::ikev2_fragmentation_supported));
 	sa.init_request = build_message(h, payloads);
-	sa.pending = new_request(sa.init_request, 0, RequestKind::init, now);
+	sa.pending = new_request({sa.init_request}, 0, RequestKind::init, now);
 	debug_sent(&sa, sa.remote, sa.init_request, {});
 	host_.send(sa.via, sa.remote, sa.init_request);
 	counters_.sent++;
@@ -522,6 +527,7 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 	sa.sk_in = std::make_unique<SkCipher>(sa.suite, sa.keys.sk_er, sa.keys.sk_ar);
 	sa.sk_out = std::make_unique<SkCipher>(sa.suite, sa.keys.sk_ei, sa.keys.sk_ai);
 	sa.init_response.assign(msg.begin(), msg.end());
+	sa.frag_peer = m.find_notify(notify::ikev2_fragmentation_supported) != nullptr;
 	sa.behind_nat = we_are_behind_nat(m, sa.spi_i, sa.spi_r, sa.via, sa.remote);
 	sa.pending.reset();
 	sa.next_id = 1;

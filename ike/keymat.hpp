@@ -216,7 +216,41 @@ public:
 	/// Bytes the SK payload adds around an inner chain of @inner_len (for size checks).
 	size_t overhead(size_t inner_len) const noexcept;
 
+	/**
+	 * seal_fragment() - append one Encrypted Fragment payload (SKF, RFC 7383
+	 * section 2.5) to @msg: generic header, Fragment Number @number and Total
+	 * Fragments @total (both authenticated, not encrypted), then IV,
+	 * ciphertext and ICV as in seal(), each fragment with an IV of its own.
+	 * @first: the first inner payload type in fragment 1, 0 in the others
+	 * @inner: this fragment's piece of the encoded inner chain
+	 * @number, @total are written as given, valid or not (the receiver
+	 * checks them: ike/engine_fragments.cpp; its tests send wrong ones).
+	 * Throws like seal().
+	 */
+	void seal_fragment(std::vector<uint8_t>& msg, uint8_t first, uint16_t number, uint16_t total,
+	                   std::span<const uint8_t> inner) const;
+
+	/**
+	 * open_fragment() - verify and decrypt the SKF payload at @skf_offset,
+	 * which runs to the end of @msg. Return: this fragment's piece of the
+	 * inner chain, or nullopt as for open(). Fragment Number and Total
+	 * Fragments are covered by the check but not interpreted here.
+	 */
+	std::optional<std::vector<uint8_t>> open_fragment(std::span<const uint8_t> msg,
+	                                                  size_t skf_offset) const;
+
+	/// The most inner bytes one SKF payload of at most @skf_len bytes can carry (0: none).
+	size_t fragment_capacity(size_t skf_len) const noexcept;
+
+	/// Fragment Number and Total Fragments: the SKF fields after its generic header.
+	static constexpr size_t kFragmentFieldsLen = 4;
+
 private:
+	void seal_payload(std::vector<uint8_t>& msg, uint8_t first, std::span<const uint8_t> fields,
+	                  std::span<const uint8_t> inner) const;
+	std::optional<std::vector<uint8_t>> open_payload(std::span<const uint8_t> msg, size_t sk_offset,
+	                                                 size_t head_len) const;
+
 	IkeSuite suite_;
 	SecretBytes key_, salt_, integ_key_;
 };

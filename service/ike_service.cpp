@@ -101,6 +101,7 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 		pol.ike_rekey_s = p.ike->ike_rekey_time;
 		pol.child_rekey_bytes = p.ike->rekey_bytes;
 		pol.child_rekey_packets = p.ike->rekey_packets;
+		pol.fragment_size = p.ike->fragment_size;
 		out.push_back(std::move(pol));
 	}
 	return out;
@@ -563,6 +564,10 @@ Json IkeService::status_json() const {
 	                     {"cookies_rejected", c.cookies_rejected},
 	                     {"groups_steered", c.groups_steered},
 	                     {"init_errors_ignored", c.init_errors_ignored},
+	                     {"fragments_sent", c.fragments_sent},
+	                     {"fragments_received", c.fragments_received},
+	                     {"fragments_dropped", c.fragments_dropped},
+	                     {"reassembly_abandoned", c.reassembly_abandoned},
 	                     {"logs_suppressed", c.logs_suppressed},
 	                     {"sa_refused", c.sa_refused},
 	                     {"internal_errors", c.internal_errors},

@@ -27,7 +27,7 @@ def esptun_ike_config(interface, control_socket, state_dir, peer, local_id="a.sw
     """esptun_ike_config() - TOML for one esptun-gateway with one IKE peer.
     peer: dict with name, allowed_ips, remote_id, ike_proposals, esp_proposals
     and optionally endpoint, psk or psk_file, rekey_time, ike_rekey_time,
-    dpd_interval, initiate, allow_weak."""
+    dpd_interval, ike_fragment_size, initiate, allow_weak."""
     lines = ["[tunnel]",
              f"interface = {_q(interface)}",
              f"addresses = {_list(addresses)}",
@@ -50,7 +50,7 @@ def esptun_ike_config(interface, control_socket, state_dir, peer, local_id="a.sw
     lines += [f"remote_id = {_q(peer['remote_id'])}",
               f"ike_proposals = {_list(peer['ike_proposals'])}",
               f"esp_proposals = {_list(peer['esp_proposals'])}"]
-    for key in ("rekey_time", "ike_rekey_time", "dpd_interval"):
+    for key in ("rekey_time", "ike_rekey_time", "dpd_interval", "ike_fragment_size"):
         if peer.get(key) is not None:
             lines.append(f"{key} = {peer[key]}")
     for key in ("initiate", "allow_weak"):
