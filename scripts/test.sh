@@ -105,22 +105,45 @@ build_fuzzers() {
 	cmake --build build-fuzz -j"$jobs" --target $targets
 }
 
-# run_fuzzers() - run each built libFuzzer target for a bounded time
+# fuzz_one() - run libFuzzer target $1 for fuzz_seconds over a copy of its
+# corpus; its output goes to $logdir/$1.log, its exit status to $1.rc
+fuzz_one() {
+	local name=$1 corpus work rc=0
+	corpus=tests/fuzz/corpus/${name#fuzz-}
+	work=$(mktemp -d "$logdir/$name.XXXXXX")
+	[[ -d "$corpus" ]] && cp -r "$corpus/." "$work/"
+	echo "--- $name: ${fuzz_seconds}s over $(find "$work" -type f | wc -l) corpus files" >"$logdir/$name.head"
+	"build-fuzz/$name" -max_total_time="$fuzz_seconds" -timeout=10 -print_final_stats=1 \
+		-artifact_prefix="$logdir/$name-" "$work" >"$logdir/$name.log" 2>&1 || rc=1
+	echo "$rc" >"$logdir/$name.rc"
+}
+
+# run_fuzzers() - run each built libFuzzer target for a bounded time, as many
+# at once as there are CPUs (each target is one process on one CPU), and
+# report them in name order
 run_fuzzers() {
-	local targets bin name corpus work rc=0
+	local targets name rc=0 running=0
 	targets=$(targets_named build-fuzz fuzz-)
 	if [[ -z "$targets" ]]; then
 		echo "no fuzz targets (tests/fuzz/fuzz_*.cpp)"
 		return 0
 	fi
+	# In a subshell: its wait sees only the fuzzers, not the package build
+	# this shell runs in the background.
+	(
+		for name in $targets; do
+			if ((running >= jobs)); then
+				wait -n
+				running=$((running - 1))
+			fi
+			fuzz_one "$name" &
+			running=$((running + 1))
+		done
+		wait
+	)
 	for name in $targets; do
-		bin=build-fuzz/$name
-		corpus=tests/fuzz/corpus/${name#fuzz-}
-		work=$(mktemp -d "$logdir/$name.XXXXXX")
-		[[ -d "$corpus" ]] && cp -r "$corpus/." "$work/"
-		echo "--- $name: ${fuzz_seconds}s over $(find "$work" -type f | wc -l) corpus files"
-		if "$bin" -max_total_time="$fuzz_seconds" -timeout=10 -print_final_stats=1 \
-			-artifact_prefix="$logdir/$name-" "$work" >"$logdir/$name.log" 2>&1; then
+		cat "$logdir/$name.head"
+		if [[ "$(cat "$logdir/$name.rc" 2>/dev/null)" == 0 ]]; then
 			grep -E '^(Done|stat::number_of_executed_units)' "$logdir/$name.log" || true
 		else
 			rc=1
