@@ -271,9 +271,14 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 		    sa, pol, pol.remote_id, inner, *auth,
 		    signed_octets(sa.suite.prf, sa.init_response, sa.ni, sa.keys.sk_pr, idr->body()));
 		if (!why.empty()) {
+			// The responder authenticated us and holds an established IKE
+			// SA: our Delete ends it (section 2.21.2), so it keeps none.
+			// close() sends a Delete only from an established SA, which is
+			// what this one is to the responder.
 			counters_.auth_failed++;
+			sa.state = IkeSa::State::established;
 			close(sa, "authentication failed: " + endpoint_text(sa.remote) + ": " + why, true,
-			      now);
+			      now, true);
 			return;
 		}
 	} else {

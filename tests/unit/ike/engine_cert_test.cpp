@@ -141,6 +141,9 @@ TEST_CASE("engine cert: the initiator refuses a responder whose certificate fail
 	CHECK(p.ha.logged(
 	    "peer b: IKE SA closed: authentication failed: 10.0.0.2:4500: its certificate does not lead "
 	    "to a trusted CA (unknown CA"));
+	// B had authenticated A and established: A's Delete ends B's IKE SA too.
+	CHECK(p.state(*p.b) == "none");
+	CHECK(p.hb.installed.empty());
 }
 
 TEST_CASE("engine cert: a peer with certificates refuses a PSK AUTH") {
