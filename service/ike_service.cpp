@@ -76,6 +76,8 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 		ike::PeerPolicy pol;
 		pol.name = p.name;
 		pol.psk = p.ike->psk;
+		pol.credentials = p.ike->credentials;
+		pol.trust = p.ike->trust;
 		const std::string local = !p.ike->local_id.empty() ? p.ike->local_id : hostname;
 		pol.local_id =
 		    ike::parse_identity(local).value_or(ike::Identity{ike::IdType::fqdn, {'e', 's', 'p'}});
