@@ -613,6 +613,13 @@ void IkeService::write_status(JsonWriter& j) const {
 		j.field("rekey_in_s", s.rekey_in_s);
 		strings(j, "virtual_ips", s.virtual_ips);
 		strings(j, "dns", s.dns);
+		// How the peer proved itself: "psk", or its key and signature scheme
+		// with its certificate's subject and issuer; absent before IKE_AUTH.
+		if (!s.peer_auth.empty()) j.field("peer_auth", s.peer_auth);
+		if (!s.peer_subject.empty()) {
+			j.field("peer_subject", s.peer_subject);
+			j.field("peer_issuer", s.peer_issuer);
+		}
 		j.key("children").begin_array();
 		for (const ike::ChildStatus& ch : s.children) {
 			j.begin_object();

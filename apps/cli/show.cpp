@@ -149,6 +149,10 @@ std::string show_ike_sa(const JsonValue& sa, const Paint& p) {
 		out += line(p, "virtual ips", strings(ips));
 	if (const JsonValue* dns = sa.get("dns"); dns && !dns->items.empty())
 		out += line(p, "dns", strings(dns));
+	if (!str(sa, {"peer_auth"}).empty()) out += line(p, "peer auth", str(sa, {"peer_auth"}));
+	if (!str(sa, {"peer_subject"}).empty())
+		out += line(p, "peer cert",
+		            str(sa, {"peer_subject"}) + " (issuer " + str(sa, {"peer_issuer"}) + ")");
 	return out + show_children(sa, p);
 }
 
