@@ -46,7 +46,7 @@ constexpr std::string_view kTunnelKeys[] = {
     "route_all", "direct_write_max", "crypto_impl", "udp_gso",      "socket_buffer", "busy_poll_us",
     "state_dir", "tun_offload",      "workers",     "io_engine",    "udp_gro",       "ike_port",
     "local_id",  "address_pool",     "dns",         "wake_poll_us", "kill_switch",   "drop_privileges",
-    "user"};
+    "user",      "ike_fragment_size"};
 constexpr std::string_view kPeerKeys[] = {"name",
                                           "endpoint",
                                           "allowed_ips",
@@ -68,6 +68,8 @@ constexpr std::string_view kPeerKeys[] = {"name",
                                           "local_ts",
                                           "rekey_bytes",
                                           "rekey_packets",
+                                          "allow_weak",
+                                          "ike_fragment_size",
                                           "cert_file",
                                           "private_key_file",
                                           "cert_chain_file",
@@ -77,9 +79,10 @@ constexpr std::string_view kPeerKeys[] = {"name",
 constexpr std::string_view kStaticOnlyKeys[] = {"cipher", "esn", "out", "in"};
 /// Keys that only mean something with IKE.
 constexpr std::string_view kIkeOnlyKeys[] = {
-    "local_id",      "remote_id",        "ike_proposals",   "esp_proposals", "initiate",
-    "dpd_interval",  "rekey_time",       "ike_rekey_time",  "local_ts",      "rekey_bytes",
-    "rekey_packets", "private_key_file", "cert_chain_file", "ca_dir",        "crl_files"};
+    "local_id",      "remote_id",  "ike_proposals",     "esp_proposals",    "initiate",
+    "dpd_interval",  "rekey_time", "ike_rekey_time",    "local_ts",         "rekey_bytes",
+    "rekey_packets", "allow_weak", "ike_fragment_size", "private_key_file", "cert_chain_file",
+    "ca_dir",        "crl_files"};
 
 constexpr uint32_t kMinMtu = 576;      // RFC 791: every IPv4 host takes 576-byte datagrams
 constexpr uint32_t kMinMtuIpv6 = 1280; // RFC 8200 section 5
@@ -331,6 +334,7 @@ void Loader::parse_tunnel(const toml::table& t) {
 			        " is not a UDP port; use 1..65535, or 0 to take IKE only on the listen port");
 		tc.ike_port = static_cast<uint16_t>(v->value);
 	}
+	tc.ike_fragment_size = parse_fragment_size(t, where, tc.ike_fragment_size);
 	for (const auto& a : get_strings(t, "address_pool", where, &address_pool_line_)) {
 		auto p = parse_prefix(a.value);
 		if (!p || p->network() != *p)

@@ -36,6 +36,8 @@ inline constexpr uint32_t kDefaultWakePollUs = 50;
 inline constexpr uint32_t kMaxPollUs = 1000;
 inline constexpr uint16_t kDefaultIkePort = 500; // RFC 7296 section 2
 inline constexpr uint32_t kDefaultDpdInterval = 30;
+/// ike_fragment_size: ike::kDefaultFragmentSize (engine.hpp says why).
+inline constexpr uint32_t kDefaultIkeFragmentSize = 1280;
 inline constexpr size_t kMinPskLen = 16;
 /// The largest config file load_config() reads.
 inline constexpr size_t kMaxConfigSize = 16u << 20;
@@ -74,6 +76,10 @@ struct IkePeerConfig {
 	uint64_t rekey_bytes = 0;   ///< we rekey a CHILD_SA after this many bytes either way; 0 = no limit
 	uint64_t rekey_packets = 0; ///< the same in packets
 	bool initiate = false;      ///< default: true when the peer has an endpoint
+	/// The peer may use modp1024, prfsha1 and sha1 in its proposals (old gear
+	/// that can do nothing better); the gateway warns at start and reload
+	bool allow_weak = false;
+	uint32_t fragment_size = kDefaultIkeFragmentSize; ///< [[peer]] ike_fragment_size; default: [tunnel]'s
 };
 
 struct PeerConfig {
@@ -157,6 +163,10 @@ struct TunnelConfig {
 	/// as its IKE SA lives.
 	std::vector<IpPrefix> address_pool;
 	std::vector<IpAddress> dns; ///< gateway: DNS servers handed to clients with their address
+	/// IKE messages longer than this (as IP datagrams, headers included) go
+	/// as RFC 7383 fragments of at most this size to peers that take them;
+	/// the default of every IKE peer, which may set its own.
+	uint32_t ike_fragment_size = kDefaultIkeFragmentSize;
 };
 
 struct Config {
@@ -210,5 +220,13 @@ Config load_config(const std::filesystem::path& path, Role role, FileSource& fil
  */
 Config parse_config(std::string_view text, const std::string& source, Role role,
                     const std::filesystem::path& base_dir = ".");
+
+/**
+ * weak_peer_warnings() - one line per IKE peer of @config whose proposals
+ * name weak algorithms (allowed by its allow_weak = true), naming the peer
+ * and them: the gateway logs them as warnings at start and at every reload,
+ * `check` prints them.
+ */
+std::vector<std::string> weak_peer_warnings(const Config& config);
 
 } // namespace esptun::conf

@@ -131,6 +131,8 @@ void Loader::parse_ike_certs(const toml::table& t, const PeerConfig& peer, IkePe
 	if (!ike.trust) fail(ca_dir->line, "ca_dir" + of + ": " + err);
 }
 
+static_assert(kDefaultIkeFragmentSize == ike::kDefaultFragmentSize);
+
 IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& peer) {
 	constexpr std::string_view where = "[[peer]]";
 	IkePeerConfig ike;
@@ -179,6 +181,7 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 	ike.remote_id = identity("remote_id", peer.name);
 	if (certs) parse_ike_certs(t, peer, ike);
 
+	if (auto v = get_bool(t, "allow_weak", where)) ike.allow_weak = v->value;
 	int list_line = 0;
 	auto ike_list = get_strings(t, "ike_proposals", where, &list_line);
 	if (t.contains("ike_proposals")) {
@@ -187,7 +190,7 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 		ike.ike_proposals.clear();
 		for (const auto& e : ike_list) {
 			std::string err;
-			auto suite = ike::parse_ike_proposal(e.value, err);
+			auto suite = ike::parse_ike_proposal(e.value, err, ike.allow_weak);
 			if (!suite) fail(e.line, "ike_proposals entry " + q(e.value) + ": " + err);
 			ike.ike_proposals.push_back(*suite);
 		}
@@ -199,7 +202,7 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 		ike.esp_proposals.clear();
 		for (const auto& e : esp_list) {
 			std::string err;
-			auto suite = ike::parse_esp_proposal(e.value, err);
+			auto suite = ike::parse_esp_proposal(e.value, err, ike.allow_weak);
 			if (!suite) fail(e.line, "esp_proposals entry " + q(e.value) + ": " + err);
 			ike.esp_proposals.push_back(*suite);
 		}
@@ -252,6 +255,7 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 			                  " or more, or 0 for no limit");
 		*field = static_cast<uint64_t>(v->value);
 	}
+	ike.fragment_size = parse_fragment_size(t, where, config_.tunnel.ike_fragment_size);
 	ike.initiate = peer.endpoint.has_value();
 	if (auto v = get_bool(t, "initiate", where)) {
 		if (v->value && !peer.endpoint)
@@ -263,4 +267,41 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 	return ike;
 }
 
+/**
+ * parse_fragment_size() - ike_fragment_size: the largest IP datagram an
+ * IKE fragment may make (RFC 7383 section 2.5.1 leaves it to the sender).
+ * At least ike::kMinFragmentSize, at most the largest IP datagram.
+ */
+uint32_t Loader::parse_fragment_size(const toml::table& t, std::string_view where, uint32_t fallback) {
+	auto v = get_int(t, "ike_fragment_size", where);
+	if (!v) return fallback;
+	if (v->value < ike::kMinFragmentSize || v->value > 65535)
+		fail(v->line, "ike_fragment_size " + std::to_string(v->value) +
+		                  " is out of range; use bytes from " +
+		                  std::to_string(ike::kMinFragmentSize) +
+		                  " to 65535 (the default 1280 passes any path that takes IPv6)");
+	return static_cast<uint32_t>(v->value);
+}
+
 } // namespace esptun::conf::detail
+
+namespace esptun::conf {
+
+std::vector<std::string> weak_peer_warnings(const Config& config) {
+	std::vector<std::string> out;
+	for (const PeerConfig& p : config.peers) {
+		if (!p.ike) continue;
+		const std::vector<std::string_view> weak =
+		    ike::weak_algorithms(p.ike->ike_proposals, p.ike->esp_proposals);
+		if (weak.empty()) continue;
+		std::string names;
+		for (std::string_view w : weak)
+			names += (names.empty() ? "" : ", ") + std::string(w);
+		out.push_back("peer " + p.name + " uses weak algorithms (" + names +
+		              ") by its allow_weak = true: RFC 8247 advises against them; move the peer "
+		              "to stronger ones when it can");
+	}
+	return out;
+}
+
+} // namespace esptun::conf

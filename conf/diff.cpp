@@ -17,7 +17,8 @@ bool same_ike(const IkePeerConfig& a, const IkePeerConfig& b) {
 	       a.ike_proposals == b.ike_proposals && a.esp_proposals == b.esp_proposals &&
 	       a.local_ts == b.local_ts && a.dpd_interval == b.dpd_interval && a.rekey_time == b.rekey_time &&
 	       a.ike_rekey_time == b.ike_rekey_time && a.rekey_bytes == b.rekey_bytes &&
-	       a.rekey_packets == b.rekey_packets && a.initiate == b.initiate;
+	       a.rekey_packets == b.rekey_packets && a.initiate == b.initiate &&
+	       a.allow_weak == b.allow_weak && a.fragment_size == b.fragment_size;
 }
 
 bool same_sa(const SaConfig& a, const SaConfig& b) {

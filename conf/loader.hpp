@@ -126,6 +126,9 @@ private:
 	 *          the user the loader runs as)
 	 */
 	SecretString read_pem(const Found<std::string>& file, const std::string& what, bool secret);
+
+	/// ike_fragment_size in @t ([tunnel] or a [[peer]]), checked; @fallback when absent.
+	uint32_t parse_fragment_size(const toml::table& t, std::string_view where, uint32_t fallback);
 	SaConfig parse_sa(const toml::table& peer_table, const PeerConfig& peer, std::string_view dir,
 	                  const crypto::CipherSpec& spec);
 	SecretBytes parse_key(const toml::table& t, int table_line, std::string_view where,

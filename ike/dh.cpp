@@ -1,5 +1,6 @@
-// IKEv2 key exchange on OpenSSL 3.0 (RFC 7296 section 2.14, 3.4): MODP
-// group 14 (RFC 3526), ECP group 19 (RFC 5903) and Curve25519 (RFC 8031).
+// IKEv2 key exchange on OpenSSL 3.0 (RFC 7296 section 2.14, 3.4): the MODP
+// groups 2 (RFC 2409; weak, opt-in only), 14, 15 and 16 (RFC 3526), the ECP
+// groups 19 and 20 (RFC 5903) and Curve25519 (RFC 8031).
 // DhKeyPair::shared_secret() sees the peer's KE payload before the peer is
 // authenticated, so it checks every length and range itself first.
 #include "ike/keymat.hpp"
@@ -19,30 +20,71 @@ namespace {
 
 // ---- Key exchange helpers ---------------------------------------------------
 
-constexpr size_t kModpLen = 256;    ///< RFC 3526 group 14: 2048 bits
-constexpr size_t kEcpCoordLen = 32; ///< RFC 5903 section 7: x and y, 32 bytes each
-constexpr size_t kX25519Len = 32;   ///< RFC 8031 section 2
+enum class Kind : uint8_t { modp, ecp, x25519 };
 
-/// OpenSSL's names for the groups: "modp_2048" is RFC 3526 group 14, which
-/// is not the RFC 7919 "ffdhe2048" group; "P-256" is RFC 5903 group 19.
-const char* group_name(DhGroup g) noexcept { return g == DhGroup::modp2048 ? "modp_2048" : "P-256"; }
-const char* key_type(DhGroup g) noexcept {
+/**
+ * GroupInfo - what esptun needs to know of one group.
+ * @ossl_name: OpenSSL's name for it: "modp_2048" is RFC 3526 group 14 (not
+ *             RFC 7919's "ffdhe2048"), "P-256" is RFC 5903 group 19. OpenSSL
+ *             does not name RFC 2409's 1024-bit group: nullptr, and its
+ *             prime and generator are given instead (ffc_prime).
+ * @pub_len:   the KE payload's data length (section 3.4 fixes it per group):
+ *             MODP the prime's length, ECP x || y (RFC 5903 section 7)
+ * @secret_len: the length of g^ir: MODP the prime's, ECP x only, X25519 32
+ */
+struct GroupInfo {
+	Kind kind;
+	const char* ossl_name;
+	size_t pub_len;
+	size_t secret_len;
+	int ec_nid;                    ///< ECP only
+	BIGNUM* (*ffc_prime)(BIGNUM*); ///< MODP only
+};
+
+std::optional<GroupInfo> group_info(DhGroup g) noexcept {
 	switch (g) {
+	case DhGroup::modp1024:
+		return GroupInfo{Kind::modp, nullptr, 128, 128, 0, BN_get_rfc2409_prime_1024};
 	case DhGroup::modp2048:
-		return "DH";
+		return GroupInfo{Kind::modp, "modp_2048", 256, 256, 0, BN_get_rfc3526_prime_2048};
+	case DhGroup::modp3072:
+		return GroupInfo{Kind::modp, "modp_3072", 384, 384, 0, BN_get_rfc3526_prime_3072};
+	case DhGroup::modp4096:
+		return GroupInfo{Kind::modp, "modp_4096", 512, 512, 0, BN_get_rfc3526_prime_4096};
 	case DhGroup::ecp256:
-		return "EC";
+		return GroupInfo{Kind::ecp, "P-256", 64, 32, NID_X9_62_prime256v1, nullptr};
+	case DhGroup::ecp384:
+		return GroupInfo{Kind::ecp, "P-384", 96, 48, NID_secp384r1, nullptr};
 	case DhGroup::curve25519:
+		return GroupInfo{Kind::x25519, nullptr, 32, 32, 0, nullptr};
+	}
+	return std::nullopt;
+}
+
+/// info() - group_info() of a group the constructor accepted (never empty there).
+GroupInfo info(DhGroup g) {
+	std::optional<GroupInfo> i = group_info(g);
+	if (!i) throw std::invalid_argument("DH group not supported");
+	return *i;
+}
+
+const char* key_type(Kind k) noexcept {
+	switch (k) {
+	case Kind::modp:
+		return "DH";
+	case Kind::ecp:
+		return "EC";
+	case Kind::x25519:
 		return "X25519";
 	}
 	return nullptr;
 }
 
-/// from_params() - an EVP_PKEY of @g made from @params; nullptr if OpenSSL
+/// from_params() - an EVP_PKEY of group @gi made from @bld; nullptr if OpenSSL
 /// refuses them (e.g. a point not on the curve).
-Owned<EVP_PKEY> from_params(DhGroup g, OSSL_PARAM_BLD* bld, int selection) {
+Owned<EVP_PKEY> from_params(const GroupInfo& gi, OSSL_PARAM_BLD* bld, int selection) {
 	Owned<OSSL_PARAM> params(OSSL_PARAM_BLD_to_param(bld));
-	Owned<EVP_PKEY_CTX> ctx(EVP_PKEY_CTX_new_from_name(nullptr, key_type(g), nullptr));
+	Owned<EVP_PKEY_CTX> ctx(EVP_PKEY_CTX_new_from_name(nullptr, key_type(gi.kind), nullptr));
 	EVP_PKEY* key = nullptr;
 	if (!params || !ctx || EVP_PKEY_fromdata_init(ctx.get()) != 1 ||
 	    EVP_PKEY_fromdata(ctx.get(), &key, selection, params.get()) != 1)
@@ -50,13 +92,34 @@ Owned<EVP_PKEY> from_params(DhGroup g, OSSL_PARAM_BLD* bld, int selection) {
 	return Owned<EVP_PKEY>(key);
 }
 
-/// new_param_bld() - an OSSL_PARAM_BLD holding the group name of @g.
-Owned<OSSL_PARAM_BLD> new_param_bld(DhGroup g) {
-	Owned<OSSL_PARAM_BLD> bld(OSSL_PARAM_BLD_new());
-	check(bld && OSSL_PARAM_BLD_push_utf8_string(bld.get(), OSSL_PKEY_PARAM_GROUP_NAME, group_name(g),
-	                                             0) == 1,
+/**
+ * ParamBld - an OSSL_PARAM_BLD and the BIGNUMs pushed into it: the builder
+ * keeps pointers to them until OSSL_PARAM_BLD_to_param() copies them.
+ */
+struct ParamBld {
+	Owned<OSSL_PARAM_BLD> bld;
+	Owned<BIGNUM> p, g;
+	OSSL_PARAM_BLD* get() const noexcept { return bld.get(); }
+};
+
+/// new_param_bld() - a builder holding the domain of @gi: its name, or for
+/// the unnamed MODP group its prime and generator 2 (RFC 2409 section 6.2).
+ParamBld new_param_bld(const GroupInfo& gi) {
+	ParamBld b{Owned<OSSL_PARAM_BLD>(OSSL_PARAM_BLD_new()), nullptr, nullptr};
+	check(b.bld != nullptr, "OSSL_PARAM_BLD");
+	if (gi.ossl_name) {
+		check(OSSL_PARAM_BLD_push_utf8_string(b.get(), OSSL_PKEY_PARAM_GROUP_NAME, gi.ossl_name, 0) ==
+		          1,
+		      "OSSL_PARAM_BLD");
+		return b;
+	}
+	b.p.reset(gi.ffc_prime(nullptr));
+	b.g.reset(BN_new());
+	check(b.p && b.g && BN_set_word(b.g.get(), 2) == 1 &&
+	          OSSL_PARAM_BLD_push_BN(b.get(), OSSL_PKEY_PARAM_FFC_P, b.p.get()) == 1 &&
+	          OSSL_PARAM_BLD_push_BN(b.get(), OSSL_PKEY_PARAM_FFC_G, b.g.get()) == 1,
 	      "OSSL_PARAM_BLD");
-	return bld;
+	return b;
 }
 
 /// bn_param() - a BIGNUM parameter of @key (OSSL_PKEY_PARAM_*); throws if absent.
@@ -68,34 +131,32 @@ Owned<BIGNUM> bn_param(const EVP_PKEY* key, const char* name) {
 
 /**
  * encode_public() - the KE payload data of @key (section 3.4): MODP
- * zero-padded to 256 bytes (RFC 7296 section 3.4 wants the full length),
- * ECP x || y without the SEC1 0x04 prefix (RFC 5903 section 7), X25519 raw.
+ * zero-padded to the prime's length (RFC 7296 section 3.4 wants the full
+ * length), ECP x || y without the SEC1 0x04 prefix (RFC 5903 section 7),
+ * X25519 raw.
  */
-std::vector<uint8_t> encode_public(DhGroup g, const EVP_PKEY* key) {
-	std::vector<uint8_t> out;
-	switch (g) {
-	case DhGroup::modp2048: {
-		out.resize(kModpLen);
+std::vector<uint8_t> encode_public(const GroupInfo& gi, const EVP_PKEY* key) {
+	std::vector<uint8_t> out(gi.pub_len);
+	switch (gi.kind) {
+	case Kind::modp:
 		// bn2binpad places a shorter number right-aligned after zero bytes.
-		check(BN_bn2binpad(bn_param(key, OSSL_PKEY_PARAM_PUB_KEY).get(), out.data(), int(kModpLen)) ==
-		          int(kModpLen),
+		check(BN_bn2binpad(bn_param(key, OSSL_PKEY_PARAM_PUB_KEY).get(), out.data(),
+		                   int(gi.pub_len)) == int(gi.pub_len),
 		      "MODP public value encoding");
 		break;
-	}
-	case DhGroup::ecp256: {
-		std::array<uint8_t, 1 + 2 * kEcpCoordLen> sec1{};
+	case Kind::ecp: {
+		std::vector<uint8_t> sec1(1 + gi.pub_len);
 		size_t n = 0;
 		check(EVP_PKEY_get_octet_string_param(key, OSSL_PKEY_PARAM_ENCODED_PUBLIC_KEY, sec1.data(),
 		                                      sec1.size(), &n) == 1 &&
 		          n == sec1.size() && sec1[0] == POINT_CONVERSION_UNCOMPRESSED,
 		      "ECP public value encoding");
-		out.assign(sec1.begin() + 1, sec1.end());
+		std::copy(sec1.begin() + 1, sec1.end(), out.begin());
 		break;
 	}
-	case DhGroup::curve25519: {
-		out.resize(kX25519Len);
+	case Kind::x25519: {
 		size_t n = out.size();
-		check(EVP_PKEY_get_raw_public_key(key, out.data(), &n) == 1 && n == kX25519Len,
+		check(EVP_PKEY_get_raw_public_key(key, out.data(), &n) == 1 && n == gi.pub_len,
 		      "X25519 public value encoding");
 		break;
 	}
@@ -103,63 +164,65 @@ std::vector<uint8_t> encode_public(DhGroup g, const EVP_PKEY* key) {
 	return out;
 }
 
-/// generate() - a fresh key pair of group @g.
-Owned<EVP_PKEY> generate(DhGroup g) {
-	Owned<EVP_PKEY_CTX> ctx(EVP_PKEY_CTX_new_from_name(nullptr, key_type(g), nullptr));
-	check(ctx && EVP_PKEY_keygen_init(ctx.get()) == 1, "key generation set-up");
-	if (g != DhGroup::curve25519) {
-		const OSSL_PARAM params[] = {
-		    OSSL_PARAM_construct_utf8_string(OSSL_PKEY_PARAM_GROUP_NAME,
-		                                     const_cast<char*>(group_name(g)), 0),
-		    OSSL_PARAM_construct_end()};
-		check(EVP_PKEY_CTX_set_params(ctx.get(), params) == 1, "key generation group");
+/// generate() - a fresh key pair of group @gi: X25519 directly, the others
+/// from a parameters-only key of the group (named, or RFC 2409's p and g).
+Owned<EVP_PKEY> generate(const GroupInfo& gi) {
+	Owned<EVP_PKEY_CTX> ctx;
+	if (gi.kind == Kind::x25519) {
+		ctx.reset(EVP_PKEY_CTX_new_from_name(nullptr, "X25519", nullptr));
+	} else {
+		auto bld = new_param_bld(gi);
+		Owned<EVP_PKEY> domain = from_params(gi, bld.get(), EVP_PKEY_KEY_PARAMETERS);
+		check(domain != nullptr, "key generation group");
+		ctx.reset(EVP_PKEY_CTX_new_from_pkey(nullptr, domain.get(), nullptr));
 	}
+	check(ctx && EVP_PKEY_keygen_init(ctx.get()) == 1, "key generation set-up");
 	EVP_PKEY* key = nullptr;
 	check(EVP_PKEY_generate(ctx.get(), &key) == 1, "key generation");
 	return Owned<EVP_PKEY>(key);
 }
 
 /// modp_keypair() - the MODP pair with exponent @priv: y = 2^x mod p (RFC 3526 section 3).
-Owned<EVP_PKEY> modp_keypair(std::span<const uint8_t> priv) {
-	if (priv.empty() || priv.size() > kModpLen) throw std::invalid_argument("MODP private key length");
+Owned<EVP_PKEY> modp_keypair(const GroupInfo& gi, std::span<const uint8_t> priv) {
+	if (priv.empty() || priv.size() > gi.pub_len) throw std::invalid_argument("MODP private key length");
 	Owned<BIGNUM> x(BN_bin2bn(priv.data(), int(priv.size()), nullptr));
-	Owned<BIGNUM> p(BN_get_rfc3526_prime_2048(nullptr));
+	Owned<BIGNUM> p(gi.ffc_prime(nullptr));
 	Owned<BIGNUM> g(BN_new()), y(BN_new());
 	Owned<BN_CTX> bn_ctx(BN_CTX_new());
 	check(x && p && g && y && bn_ctx && BN_set_word(g.get(), 2) == 1, "BIGNUM set-up");
 	if (BN_is_zero(x.get()) || BN_cmp(x.get(), p.get()) >= 0)
 		throw std::invalid_argument("MODP private key out of range");
 	check(BN_mod_exp(y.get(), g.get(), x.get(), p.get(), bn_ctx.get()) == 1, "MODP public value");
-	auto bld = new_param_bld(DhGroup::modp2048);
+	auto bld = new_param_bld(gi);
 	check(OSSL_PARAM_BLD_push_BN(bld.get(), OSSL_PKEY_PARAM_PRIV_KEY, x.get()) == 1 &&
 	          OSSL_PARAM_BLD_push_BN(bld.get(), OSSL_PKEY_PARAM_PUB_KEY, y.get()) == 1,
 	      "OSSL_PARAM_BLD");
-	auto key = from_params(DhGroup::modp2048, bld.get(), EVP_PKEY_KEYPAIR);
+	auto key = from_params(gi, bld.get(), EVP_PKEY_KEYPAIR);
 	check(key != nullptr, "MODP key import");
 	return key;
 }
 
-/// ecp_keypair() - the P-256 pair with scalar @priv: Q = d * G.
-Owned<EVP_PKEY> ecp_keypair(std::span<const uint8_t> priv) {
-	if (priv.size() != kEcpCoordLen) throw std::invalid_argument("ECP-256 private key length");
-	Owned<EC_GROUP> group(EC_GROUP_new_by_curve_name(NID_X9_62_prime256v1));
+/// ecp_keypair() - the ECP pair with scalar @priv: Q = d * G.
+Owned<EVP_PKEY> ecp_keypair(const GroupInfo& gi, std::span<const uint8_t> priv) {
+	if (priv.size() != gi.secret_len) throw std::invalid_argument("ECP private key length");
+	Owned<EC_GROUP> group(EC_GROUP_new_by_curve_name(gi.ec_nid));
 	Owned<BIGNUM> d(BN_bin2bn(priv.data(), int(priv.size()), nullptr));
 	Owned<BN_CTX> bn_ctx(BN_CTX_new());
 	check(group && d && bn_ctx, "EC set-up");
 	if (BN_is_zero(d.get()) || BN_cmp(d.get(), EC_GROUP_get0_order(group.get())) >= 0)
-		throw std::invalid_argument("ECP-256 private key out of range");
+		throw std::invalid_argument("ECP private key out of range");
 	Owned<EC_POINT> q(EC_POINT_new(group.get()));
-	std::array<uint8_t, 1 + 2 * kEcpCoordLen> sec1{};
+	std::vector<uint8_t> sec1(1 + gi.pub_len);
 	check(q && EC_POINT_mul(group.get(), q.get(), d.get(), nullptr, nullptr, bn_ctx.get()) == 1 &&
 	          EC_POINT_point2oct(group.get(), q.get(), POINT_CONVERSION_UNCOMPRESSED, sec1.data(),
 	                             sec1.size(), bn_ctx.get()) == sec1.size(),
 	      "ECP public value");
-	auto bld = new_param_bld(DhGroup::ecp256);
+	auto bld = new_param_bld(gi);
 	check(OSSL_PARAM_BLD_push_BN(bld.get(), OSSL_PKEY_PARAM_PRIV_KEY, d.get()) == 1 &&
 	          OSSL_PARAM_BLD_push_octet_string(bld.get(), OSSL_PKEY_PARAM_PUB_KEY, sec1.data(),
 	                                           sec1.size()) == 1,
 	      "OSSL_PARAM_BLD");
-	auto key = from_params(DhGroup::ecp256, bld.get(), EVP_PKEY_KEYPAIR);
+	auto key = from_params(gi, bld.get(), EVP_PKEY_KEYPAIR);
 	check(key != nullptr, "ECP key import");
 	return key;
 }
@@ -170,16 +233,16 @@ Owned<EVP_PKEY> ecp_keypair(std::span<const uint8_t> priv) {
  * MODP groups; it updates IKEv2). 0, 1 and p-1 would force
  * the shared secret into {0, 1, p-1}. The safe-prime groups need no subgroup
  * check (RFC 6989 section 2.2), so none is made: it would cost a full
- * 2048-bit exponentiation per KE payload.
+ * exponentiation per KE payload.
  */
-Owned<EVP_PKEY> modp_peer(const EVP_PKEY* own, std::span<const uint8_t> peer) {
+Owned<EVP_PKEY> modp_peer(const GroupInfo& gi, std::span<const uint8_t> peer) {
 	Owned<BIGNUM> y(BN_bin2bn(peer.data(), int(peer.size()), nullptr));
-	Owned<BIGNUM> p_minus_1 = bn_param(own, OSSL_PKEY_PARAM_FFC_P);
-	check(y && BN_sub_word(p_minus_1.get(), 1) == 1, "BIGNUM set-up");
+	Owned<BIGNUM> p_minus_1(gi.ffc_prime(nullptr));
+	check(y && p_minus_1 && BN_sub_word(p_minus_1.get(), 1) == 1, "BIGNUM set-up");
 	if (BN_cmp(y.get(), BN_value_one()) <= 0 || BN_cmp(y.get(), p_minus_1.get()) >= 0) return nullptr;
-	auto bld = new_param_bld(DhGroup::modp2048);
+	auto bld = new_param_bld(gi);
 	check(OSSL_PARAM_BLD_push_BN(bld.get(), OSSL_PKEY_PARAM_PUB_KEY, y.get()) == 1, "OSSL_PARAM_BLD");
-	return from_params(DhGroup::modp2048, bld.get(), EVP_PKEY_PUBLIC_KEY);
+	return from_params(gi, bld.get(), EVP_PKEY_PUBLIC_KEY);
 }
 
 /**
@@ -188,15 +251,15 @@ Owned<EVP_PKEY> modp_peer(const EVP_PKEY* own, std::span<const uint8_t> peer) {
  * checks both when it decodes the SEC1 form; EVP_PKEY_public_check_quick()
  * repeats it (and excludes infinity, which x || y cannot encode anyway).
  */
-Owned<EVP_PKEY> ecp_peer(std::span<const uint8_t> peer) {
-	std::array<uint8_t, 1 + 2 * kEcpCoordLen> sec1{};
+Owned<EVP_PKEY> ecp_peer(const GroupInfo& gi, std::span<const uint8_t> peer) {
+	std::vector<uint8_t> sec1(1 + gi.pub_len);
 	sec1[0] = POINT_CONVERSION_UNCOMPRESSED;
 	std::copy(peer.begin(), peer.end(), sec1.begin() + 1);
-	auto bld = new_param_bld(DhGroup::ecp256);
+	auto bld = new_param_bld(gi);
 	check(OSSL_PARAM_BLD_push_octet_string(bld.get(), OSSL_PKEY_PARAM_PUB_KEY, sec1.data(),
 	                                       sec1.size()) == 1,
 	      "OSSL_PARAM_BLD");
-	auto key = from_params(DhGroup::ecp256, bld.get(), EVP_PKEY_PUBLIC_KEY);
+	auto key = from_params(gi, bld.get(), EVP_PKEY_PUBLIC_KEY);
 	if (!key) return nullptr;
 	Owned<EVP_PKEY_CTX> ctx(EVP_PKEY_CTX_new_from_pkey(nullptr, key.get(), nullptr));
 	check(ctx != nullptr, "EVP_PKEY_CTX_new");
@@ -205,13 +268,13 @@ Owned<EVP_PKEY> ecp_peer(std::span<const uint8_t> peer) {
 }
 
 /// derive() - the raw agreement of @own with @peer, or nullopt if OpenSSL refuses.
-std::optional<SecretBytes> derive(DhGroup g, EVP_PKEY* own, EVP_PKEY* peer) {
+std::optional<SecretBytes> derive(const GroupInfo& gi, EVP_PKEY* own, EVP_PKEY* peer) {
 	Owned<EVP_PKEY_CTX> ctx(EVP_PKEY_CTX_new_from_pkey(nullptr, own, nullptr));
 	check(ctx && EVP_PKEY_derive_init(ctx.get()) == 1, "key agreement set-up");
 	// MODP: keep leading zero bytes (RFC 7296 section 2.14: g^ir is as long
 	// as p). OpenSSL's padded mode also computes them without the data-
 	// dependent length that stripping would leak (the "Raccoon" attack).
-	if (g == DhGroup::modp2048) check(EVP_PKEY_CTX_set_dh_pad(ctx.get(), 1) == 1, "DH padding");
+	if (gi.kind == Kind::modp) check(EVP_PKEY_CTX_set_dh_pad(ctx.get(), 1) == 1, "DH padding");
 	// The peer was range- or curve-checked by the caller; OpenSSL's full
 	// check would add a MODP subgroup exponentiation (see modp_peer()).
 	size_t n = 0;
@@ -229,32 +292,31 @@ std::optional<SecretBytes> derive(DhGroup g, EVP_PKEY* own, EVP_PKEY* peer) {
 // ---- DhKeyPair --------------------------------------------------------------
 
 DhKeyPair::DhKeyPair(DhGroup group) : group_(group) {
-	if (!known_dh(uint16_t(group))) throw std::invalid_argument("DH group not supported");
-	Owned<EVP_PKEY> key = generate(group);
-	public_ = encode_public(group, key.get());
+	const GroupInfo gi = info(group);
+	Owned<EVP_PKEY> key = generate(gi);
+	public_ = encode_public(gi, key.get());
 	pkey_ = key.release();
 }
 
 DhKeyPair::DhKeyPair(DhGroup group, std::span<const uint8_t> private_key) : group_(group) {
+	const GroupInfo gi = info(group);
 	Owned<EVP_PKEY> key;
-	switch (group) {
-	case DhGroup::modp2048:
-		key = modp_keypair(private_key);
+	switch (gi.kind) {
+	case Kind::modp:
+		key = modp_keypair(gi, private_key);
 		break;
-	case DhGroup::ecp256:
-		key = ecp_keypair(private_key);
+	case Kind::ecp:
+		key = ecp_keypair(gi, private_key);
 		break;
-	case DhGroup::curve25519:
-		if (private_key.size() != kX25519Len)
+	case Kind::x25519:
+		if (private_key.size() != gi.secret_len)
 			throw std::invalid_argument("X25519 private key length");
 		key.reset(EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, nullptr, private_key.data(),
 		                                       private_key.size()));
 		check(key != nullptr, "X25519 key import");
 		break;
-	default:
-		throw std::invalid_argument("DH group not supported");
 	}
-	public_ = encode_public(group, key.get());
+	public_ = encode_public(gi, key.get());
 	pkey_ = key.release();
 }
 
@@ -262,19 +324,12 @@ DhKeyPair::DhKeyPair(DhGroup group, std::span<const uint8_t> private_key) : grou
 DhKeyPair::~DhKeyPair() { EVP_PKEY_free(static_cast<EVP_PKEY*>(pkey_)); }
 
 size_t DhKeyPair::public_len(DhGroup group) noexcept {
-	switch (group) {
-	case DhGroup::modp2048:
-		return kModpLen;
-	case DhGroup::ecp256:
-		return 2 * kEcpCoordLen;
-	case DhGroup::curve25519:
-		return kX25519Len;
-	}
-	return 0;
+	const std::optional<GroupInfo> gi = group_info(group);
+	return gi ? gi->pub_len : 0;
 }
 
 /**
- * shared_secret() - see crypto.hpp. The length check comes first (section
+ * shared_secret() - see keymat.hpp. The length check comes first (section
  * 3.4 fixes the length of each group's value), then the group's own checks,
  * then the agreement. An all-zero result is refused for every group: for
  * X25519 it means the peer sent a small-order point (RFC 8031 section 2,
@@ -282,28 +337,28 @@ size_t DhKeyPair::public_len(DhGroup group) noexcept {
  * for the others the range checks already make it impossible.
  */
 std::optional<SecretBytes> DhKeyPair::shared_secret(std::span<const uint8_t> peer_public) const {
-	if (peer_public.size() != public_len(group_)) return std::nullopt;
+	const GroupInfo gi = info(group_);
+	if (peer_public.size() != gi.pub_len) return std::nullopt;
 	auto* own = static_cast<EVP_PKEY*>(pkey_);
 	Owned<EVP_PKEY> peer;
-	switch (group_) {
-	case DhGroup::modp2048:
-		peer = modp_peer(own, peer_public);
+	switch (gi.kind) {
+	case Kind::modp:
+		peer = modp_peer(gi, peer_public);
 		break;
-	case DhGroup::ecp256:
-		peer = ecp_peer(peer_public);
+	case Kind::ecp:
+		peer = ecp_peer(gi, peer_public);
 		break;
-	case DhGroup::curve25519:
+	case Kind::x25519:
 		peer.reset(EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, nullptr, peer_public.data(),
 		                                       peer_public.size()));
 		break;
 	}
 	std::optional<SecretBytes> secret;
-	if (peer) secret = derive(group_, own, peer.get());
+	if (peer) secret = derive(gi, own, peer.get());
 	// A refused peer value leaves errors in this thread's queue; they are
 	// expected input, not failures, so drop them.
 	ERR_clear_error();
-	const size_t want = group_ == DhGroup::ecp256 ? kEcpCoordLen : public_len(group_);
-	if (!secret || secret->size() != want) return std::nullopt;
+	if (!secret || secret->size() != gi.secret_len) return std::nullopt;
 	uint8_t any = 0;
 	for (uint8_t b : *secret)
 		any |= b;

@@ -295,8 +295,15 @@ void Engine::receive_message(Port via, const Endpoint& from, std::span<const uin
 		debug_dropped(from, msg, "no IKE SA with these SPIs");
 		return;
 	}
+	// An SK payload, or one fragment of a message in an SKF payload (RFC
+	// 7383); either ends the chain (parse_message() made sure).
 	const SkPayload* sk = m.find<SkPayload>();
-	if (!sk) {
+	const RawPayload* skf = nullptr;
+	if (!sk && !m.payloads.empty())
+		if (const auto* r = std::get_if<RawPayload>(&m.payloads.back());
+		    r && r->type == PayloadType::skf)
+			skf = r;
+	if (!sk && !skf) {
 		counters_.malformed++;
 		debug_dropped(from, msg, "no SK payload");
 		return;
@@ -309,24 +316,32 @@ void Engine::receive_message(Port via, const Endpoint& from, std::span<const uin
 		debug_dropped(from, msg, "a message ID out of the window");
 		return;
 	}
-	std::optional<std::vector<uint8_t>> plain = sa->sk_in->open(msg, sk->offset);
-	if (!plain) {
-		counters_.bad_icv++;
-		debug_dropped(from, msg, "the SK payload's ICV did not verify");
-		return;
-	}
-	if (retransmitted_request) {
-		// The peer did not get our answer: the same answer again (section 2.1).
-		if (!sa->last_response.empty()) {
-			debug_sent(sa, sa->remote, sa->last_response, {},
-			           "sent again (a retransmitted request)");
-			host_.send(sa->via, sa->remote, sa->last_response);
-			counters_.sent++;
+	std::optional<std::vector<uint8_t>> plain;
+	PayloadType first_inner = PayloadType::none;
+	if (skf) {
+		// Nothing more to do until the last fragment verified; a
+		// retransmitted request is answered there, on its first fragment.
+		plain = reassemble(*sa, from, msg, *skf, h, retransmitted_request, now, first_inner);
+		if (!plain) return;
+	} else {
+		plain = sa->sk_in->open(msg, sk->offset);
+		if (!plain) {
+			counters_.bad_icv++;
+			debug_dropped(from, msg, "the SK payload's ICV did not verify");
+			return;
 		}
-		return;
+		first_inner = sk->first_inner;
+		if (retransmitted_request) {
+			// The peer did not get our answer: the same answer again (section 2.1).
+			if (!sa->last_response.empty())
+				transmit(*sa, sa->last_response, {}, "sent again (a retransmitted request)");
+			return;
+		}
+		// The whole message came in one piece: any fragments of it are moot.
+		(h.is_response() ? sa->frags_response : sa->frags_request).clear();
 	}
 	std::vector<Payload> inner;
-	if (!parse_payloads(sk->first_inner, *plain, inner)) {
+	if (!parse_payloads(first_inner, *plain, inner)) {
 		counters_.malformed++;
 		debug_dropped(from, msg, "the payloads inside SK do not parse");
 		if (!h.is_response()) {
@@ -347,7 +362,7 @@ void Engine::receive_message(Port via, const Endpoint& from, std::span<const uin
 		sa->via = via;
 		if (moved && via == Port::natt) host_.peer_moved(*sa->peer, from);
 	}
-	debug_received(*sa, msg.size(), h, inner);
+	debug_received(*sa, skf ? plain->size() : msg.size(), h, inner);
 	handling_ = Handling{our_spi, h, counters_.sent};
 	if (h.is_response()) {
 		handle_response(*sa, inner, now);
@@ -407,38 +422,23 @@ void Engine::send_request(IkeSa& sa, Exchange ex, std::span<const Payload> inner
 	Header h;
 	h.spi_i = sa.spi_i;
 	h.spi_r = sa.spi_r;
-	h.next = PayloadType::sk;
 	h.exchange = ex;
 	h.flags = sa.initiator ? kFlagInitiator : 0;
 	h.message_id = sa.next_id++;
-	PayloadType first = PayloadType::none;
-	const std::vector<uint8_t> chain = encode_payloads(inner, first);
-	std::vector<uint8_t> bytes(kHeaderLen);
-	encode_header(h, bytes.data());
-	sa.sk_out->seal(bytes, uint8_t(first), chain);
-	sa.pending = new_request(bytes, h.message_id, RequestKind::liveness, now);
-	debug_sent(&sa, sa.remote, bytes, inner);
-	host_.send(sa.via, sa.remote, bytes);
-	counters_.sent++;
+	Datagrams datagrams = seal_message(sa, h, inner);
+	sa.pending = new_request(std::move(datagrams), h.message_id, RequestKind::liveness, now);
+	transmit(sa, sa.pending->datagrams, inner);
 }
 
 void Engine::send_response(IkeSa& sa, const Header& req, std::span<const Payload> inner) {
 	Header h;
 	h.spi_i = sa.spi_i;
 	h.spi_r = sa.spi_r;
-	h.next = PayloadType::sk;
 	h.exchange = req.exchange;
 	h.flags = uint8_t(kFlagResponse | (sa.initiator ? kFlagInitiator : 0));
 	h.message_id = req.message_id;
-	PayloadType first = PayloadType::none;
-	const std::vector<uint8_t> chain = encode_payloads(inner, first);
-	std::vector<uint8_t> bytes(kHeaderLen);
-	encode_header(h, bytes.data());
-	sa.sk_out->seal(bytes, uint8_t(first), chain);
-	sa.last_response = bytes;
-	debug_sent(&sa, sa.remote, bytes, inner);
-	host_.send(sa.via, sa.remote, bytes);
-	counters_.sent++;
+	sa.last_response = seal_message(sa, h, inner);
+	transmit(sa, sa.last_response, inner);
 }
 
 std::vector<IkeSaStatus> Engine::status(Clock::time_point now) const {

@@ -58,6 +58,15 @@ std::string identity_text(const Identity& id);
 /// The same identity: byte for byte, or for DNs the same name (X509_NAME_cmp).
 bool same_identity(const Identity& a, const Identity& b);
 
+/// IKE fragments (RFC 7383) are at most this long as IP datagrams (IP and
+/// UDP headers included, as strongSwan's charon.fragment_size counts): the
+/// IPv6 minimum MTU, which also passes every IPv4 path that carries
+/// ordinary full-size packets. Section 2.5.1 leaves the size to the sender.
+inline constexpr uint32_t kDefaultFragmentSize = 1280;
+/// The smallest fragment size accepted: the IPv4 datagram every host must
+/// take (RFC 791); a smaller one buys nothing and multiplies the fragments.
+inline constexpr uint32_t kMinFragmentSize = 576;
+
 /// One peer keyed by IKE, as configured.
 struct PeerPolicy {
 	std::string name;
@@ -93,6 +102,9 @@ struct PeerPolicy {
 	/// CHILD_SA is always rekeyed before its 32-bit sequence numbers run out
 	/// (kSeqRekeyAt).
 	uint64_t child_rekey_bytes = 0, child_rekey_packets = 0;
+	/// Encrypted messages longer than this (as IP datagrams) go as RFC 7383
+	/// fragments of at most this size, when the peer supports them.
+	uint32_t fragment_size = kDefaultFragmentSize;
 };
 
 /// A CHILD_SA without ESN is rekeyed once either direction's sequence
@@ -218,6 +230,16 @@ struct IkeCounters {
 	/// Initiator: unauthenticated errors in answer to our IKE_SA_INIT, noted
 	/// while we keep waiting for a real answer (section 2.21.1).
 	uint64_t init_errors_ignored = 0;
+	// Message fragmentation (RFC 7383); a fragment whose ICV fails is bad_icv.
+	uint64_t fragments_sent = 0;
+	uint64_t fragments_received = 0; ///< verified and kept for reassembly
+	/// Verified but not kept: fragmentation not negotiated, Fragment Number
+	/// or Total Fragments out of range or inconsistent, a duplicate, or the
+	/// reassembly bounds reached.
+	uint64_t fragments_dropped = 0;
+	/// Messages given up half reassembled: timed out, another message ID
+	/// began, or more fragments announced (their reassembly restarts).
+	uint64_t reassembly_abandoned = 0;
 };
 
 /// Status of one CHILD_SA for the status JSON.
@@ -307,6 +329,8 @@ public:
 	/// Every policy by index, removed ones included (see peer_active()).
 	const std::vector<PeerPolicy>& peers() const noexcept { return peers_; }
 	const IkeCounters& counters() const noexcept { return counters_; }
+	/// Plaintext held for the peers' unfinished fragmented messages, all IKE SAs together.
+	size_t reassembly_bytes() const noexcept { return reassembly_bytes_; }
 	std::vector<IkeSaStatus> status(Clock::time_point now) const;
 	/// Our SPI of every IKE SA held, half-open ones included, ascending into
 	/// @out (reused, so a caller that asks often does not allocate). The
@@ -350,6 +374,21 @@ public:
 	/// At most this many selectors in a narrowed set (section 2.9): an answer
 	/// must fit the TS payload's one-byte count, and a bigger set is no use.
 	static constexpr size_t kMaxNarrowedSelectors = 64;
+	// Reassembly of the peer's fragmented messages (RFC 7383 section 2.6,
+	// engine_fragments.cpp). Only fragments whose ICV verified count here.
+	/// More Total Fragments than this is dropped: at the default fragment
+	/// size, 64 fragments carry more than the largest IKE message.
+	static constexpr uint16_t kMaxFragments = 64;
+	/// Plaintext held for unfinished messages, per IKE SA (both directions together).
+	static constexpr size_t kMaxReassemblyBytes = kMaxMessageLen;
+	/// The same for all IKE SAs together: half-open SAs have keys and may
+	/// send fragments, so the per-SA bound alone would let all of them hold
+	/// thousands of times as much.
+	static constexpr size_t kMaxReassemblyTotal = size_t(16) << 20;
+	/// A message not complete this long after its first fragment is given
+	/// up. The peer retransmits for about as long (section 2.1), and each
+	/// retransmission resends every fragment, filling what was lost.
+	static constexpr std::chrono::seconds kReassemblyTimeout{30};
 
 	struct IkeSa;
 
@@ -385,6 +424,16 @@ private:
 	void resolve_collision(IkeSa& sa, uint32_t old_spi_in);
 	void initiate(size_t peer, Clock::time_point now);
 	void send_init(IkeSa& sa, Clock::time_point now);
+	// Fragmentation (engine_fragments.cpp).
+	std::vector<std::vector<uint8_t>> seal_message(IkeSa& sa, Header h, std::span<const Payload> inner);
+	void transmit(IkeSa& sa, const std::vector<std::vector<uint8_t>>& datagrams,
+	              std::span<const Payload> inner, const char* what = "sent");
+	size_t datagram_limit(const IkeSa& sa) const;
+	std::optional<std::vector<uint8_t>> reassemble(IkeSa& sa, const Endpoint& from,
+	                                               std::span<const uint8_t> msg, const RawPayload& skf,
+	                                               const Header& h, bool retransmitted_request,
+	                                               Clock::time_point now, PayloadType& first);
+	void expire_reassembly(IkeSa& sa, Clock::time_point now);
 	void send_request(IkeSa& sa, Exchange ex, std::span<const Payload> inner, Clock::time_point now);
 	void send_response(IkeSa& sa, const Header& req, std::span<const Payload> inner);
 	void send_plain_notify(Port via, const Endpoint& to, const Header& req, uint16_t type,
@@ -438,6 +487,9 @@ private:
 	std::vector<bool> active_; ///< per peer: not removed
 	bool started_ = false;     ///< start() ran: add_peer() initiates at once
 	Host& host_;
+	/// Bytes held by every IKE SA's reassembly (kMaxReassemblyTotal); before
+	/// sas_, whose IKE SAs give their share back when destroyed.
+	size_t reassembly_bytes_ = 0;
 	std::map<uint64_t, std::unique_ptr<IkeSa>> sas_; ///< by our SPI
 	std::vector<Clock::time_point> restart_at_;      ///< per peer: when to initiate again
 	std::vector<uint32_t> restart_backoff_s_;

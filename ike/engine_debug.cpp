@@ -55,6 +55,8 @@ std::string notify_label(uint16_t t) {
 		return "NON_FIRST_FRAGMENTS_ALSO";
 	case notify::mobike_supported:
 		return "MOBIKE_SUPPORTED";
+	case notify::ikev2_fragmentation_supported:
+		return "FRAG_SUP";
 	case notify::signature_hash_algorithms:
 		return "SIGNATURE_HASH_ALGORITHMS";
 	default:

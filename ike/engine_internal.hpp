@@ -307,8 +307,11 @@ inline ChildSa child_record(const ChildKeys& k, bool sending, bool by_us, std::s
 	return c;
 }
 
+/// One message as it goes on the wire: one datagram, or its fragments (RFC 7383).
+using Datagrams = std::vector<std::vector<uint8_t>>;
+
 struct PendingRequest {
-	std::vector<uint8_t> bytes;
+	Datagrams datagrams; ///< resent whole on each retransmission (RFC 7383 section 2.6.1)
 	uint32_t id = 0;
 	RequestKind kind = RequestKind::init;
 	int tries = 0;
@@ -324,15 +327,48 @@ struct PendingRequest {
 };
 
 /// A request just sent: first retransmission after a second (section 2.1).
-inline PendingRequest new_request(std::vector<uint8_t> bytes, uint32_t id, RequestKind kind,
-                                  Clock::time_point now) {
+inline PendingRequest new_request(Datagrams datagrams, uint32_t id, RequestKind kind, Clock::time_point now) {
 	PendingRequest r;
-	r.bytes = std::move(bytes);
+	r.datagrams = std::move(datagrams);
 	r.id = id;
 	r.kind = kind;
 	r.next = now + seconds(1);
 	return r;
 }
+
+/**
+ * Reassembly - one message of the peer's being put together from its
+ * fragments (RFC 7383 section 2.6). It holds only fragments that verified,
+ * and while it holds bytes they are counted in *budget (the engine's total),
+ * given back when it is cleared or destroyed with its IKE SA.
+ */
+struct Reassembly {
+	uint32_t id = 0;                             ///< the message ID
+	Exchange exchange = Exchange::informational; ///< every fragment's header names the same
+	uint16_t total = 0;                          ///< Total Fragments; 0 = no message under way
+	uint16_t have = 0;                           ///< fragments held
+	PayloadType first = PayloadType::none;       ///< fragment 1's Next Payload
+	std::vector<std::vector<uint8_t>> parts;     ///< by Fragment Number - 1
+	std::vector<bool> got;
+	size_t bytes = 0;
+	Clock::time_point started{};
+	size_t* budget = nullptr;
+
+	Reassembly() = default;
+	Reassembly(const Reassembly&) = delete;
+	Reassembly& operator=(const Reassembly&) = delete;
+	~Reassembly() { clear(); }
+	void clear() noexcept {
+		if (budget) *budget -= std::min(*budget, bytes);
+		for (std::vector<uint8_t>& p : parts)
+			OPENSSL_cleanse(p.data(), p.size());
+		parts.clear();
+		got.clear();
+		bytes = 0;
+		total = have = 0;
+		first = PayloadType::none;
+	}
+};
 
 struct Engine::IkeSa {
 	enum class State : uint8_t { init_sent, auth_sent, responder_init, established, closed };
@@ -359,8 +395,13 @@ struct Engine::IkeSa {
 	uint16_t init_error = 0;
 	uint32_t next_id = 0;      ///< message ID of our next request
 	uint32_t peer_next_id = 0; ///< message ID we expect in the peer's next request
-	std::vector<uint8_t> last_response;
+	Datagrams last_response;   ///< resent whole when the peer retransmits its request
 	std::optional<PendingRequest> pending;
+	/// The peer sent IKEV2_FRAGMENTATION_SUPPORTED in IKE_SA_INIT (RFC 7383
+	/// section 2.3; we always do): large messages go as fragments, and only
+	/// then are its fragments accepted. A rekeyed IKE SA keeps it.
+	bool frag_peer = false;
+	Reassembly frags_request, frags_response; ///< the peer's, one message per direction
 	std::vector<ChildSa> children;
 	uint32_t reserved_spi = 0;     ///< initiator: inbound SPI offered in IKE_AUTH
 	bool rekeyed = false;          ///< a new IKE SA took over; closing it restarts nothing

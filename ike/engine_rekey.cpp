@@ -136,6 +136,7 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 		next->virtual_ips = sa.virtual_ips;
 		next->dns = sa.dns;
 		next->behind_nat = sa.behind_nat;
+		next->frag_peer = sa.frag_peer; // negotiated for the IKE SA, not its keys
 		next->next_keepalive = sa.next_keepalive;
 		if (pol.ike_rekey_s) next->rekey_at = now + jittered(pol.ike_rekey_s);
 		std::vector<Payload> reply{SaPayload{{choice->reply}}, NoncePayload{nr},
@@ -593,6 +594,7 @@ void Engine::handle_rekey_ike_response(IkeSa& sa, PendingRequest& req, std::vect
 	next->virtual_ips = sa.virtual_ips;
 	next->dns = sa.dns;
 	next->behind_nat = sa.behind_nat;
+	next->frag_peer = sa.frag_peer; // negotiated for the IKE SA, not its keys
 	next->next_keepalive = sa.next_keepalive;
 	next->created = sa.created;
 	next->established_at = now;

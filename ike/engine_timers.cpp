@@ -65,6 +65,7 @@ void Engine::tick(Clock::time_point now) {
  * liveness check. May throw; tick() then closes @sa alone.
  */
 void Engine::tick_sa(IkeSa& sa, Clock::time_point now) {
+	expire_reassembly(sa, now);
 	if (sa.rekeyed && sa.retire_at != Clock::time_point{} && now >= sa.retire_at) {
 		// Section 2.18 leaves deleting the old IKE SA to the peer that rekeyed
 		// it; one that never does must not keep it (and its keys) forever.
@@ -97,10 +98,8 @@ void Engine::tick_sa(IkeSa& sa, Clock::time_point now) {
 		if (p.kind != RequestKind::liveness) p.interval *= 2; // liveness checks keep their pace
 		p.next = now + p.interval;
 		counters_.retransmits++;
-		debug_sent(&sa, sa.remote, p.bytes, {},
-		           p.tries == 1 ? "sent again (no answer yet)" : "sent again (still no answer)");
-		host_.send(sa.via, sa.remote, p.bytes);
-		counters_.sent++;
+		transmit(sa, p.datagrams, {},
+		         p.tries == 1 ? "sent again (no answer yet)" : "sent again (still no answer)");
 		return;
 	}
 	if (sa.state == IkeSa::State::established && sa.behind_nat && !sa.rekeyed &&

@@ -58,6 +58,8 @@ constexpr size_t kHeaderLengthOff = 24;
 
 const char* prf_digest(PrfId p) noexcept {
 	switch (p) {
+	case PrfId::hmac_sha1:
+		return "SHA1";
 	case PrfId::hmac_sha256:
 		return "SHA256";
 	case PrfId::hmac_sha384:
@@ -68,9 +70,12 @@ const char* prf_digest(PrfId p) noexcept {
 	return nullptr;
 }
 
-/// The integrity transforms are HMAC-SHA2 truncated to half (RFC 4868).
+/// The integrity transforms are HMAC-SHA2 truncated to half (RFC 4868), and
+/// HMAC-SHA-1 truncated to 96 bits (RFC 2404).
 const char* integ_digest(IntegId i) noexcept {
 	switch (i) {
+	case IntegId::hmac_sha1_96:
+		return "SHA1";
 	case IntegId::hmac_sha256_128:
 		return "SHA256";
 	case IntegId::hmac_sha384_192:
@@ -153,6 +158,8 @@ std::string_view encr_name(EncrId e, uint16_t key_bits) noexcept {
 
 std::string_view prf_name(PrfId p) noexcept {
 	switch (p) {
+	case PrfId::hmac_sha1:
+		return "prfsha1";
 	case PrfId::hmac_sha256:
 		return "prfsha256";
 	case PrfId::hmac_sha384:
@@ -167,6 +174,8 @@ std::string_view integ_name(IntegId i) noexcept {
 	switch (i) {
 	case IntegId::none:
 		return "none";
+	case IntegId::hmac_sha1_96:
+		return "sha1";
 	case IntegId::hmac_sha256_128:
 		return "sha256";
 	case IntegId::hmac_sha384_192:
@@ -179,10 +188,18 @@ std::string_view integ_name(IntegId i) noexcept {
 
 std::string_view dh_name(DhGroup g) noexcept {
 	switch (g) {
+	case DhGroup::modp1024:
+		return "modp1024";
 	case DhGroup::modp2048:
 		return "modp2048";
+	case DhGroup::modp3072:
+		return "modp3072";
+	case DhGroup::modp4096:
+		return "modp4096";
 	case DhGroup::ecp256:
 		return "ecp256";
+	case DhGroup::ecp384:
+		return "ecp384";
 	case DhGroup::curve25519:
 		return "x25519";
 	}
@@ -198,6 +215,10 @@ bool known_integ(uint16_t id) noexcept {
 }
 bool known_dh(uint16_t id) noexcept { return DhKeyPair::public_len(DhGroup(id)) != 0; }
 
+bool weak_prf(PrfId p) noexcept { return p == PrfId::hmac_sha1; }
+bool weak_integ(IntegId i) noexcept { return i == IntegId::hmac_sha1_96; }
+bool weak_dh(DhGroup g) noexcept { return g == DhGroup::modp1024; }
+
 bool valid_suite(const IkeSuite& s) noexcept {
 	if (encr_keymat_len(s.encr, s.key_bits) == 0 || prf_len(s.prf) == 0 || !known_dh(uint16_t(s.dh)))
 		return false;
@@ -209,6 +230,8 @@ bool valid_suite(const IkeSuite& s) noexcept {
 
 size_t prf_len(PrfId p) noexcept {
 	switch (p) {
+	case PrfId::hmac_sha1:
+		return 20;
 	case PrfId::hmac_sha256:
 		return 32;
 	case PrfId::hmac_sha384:
@@ -219,9 +242,12 @@ size_t prf_len(PrfId p) noexcept {
 	return 0;
 }
 
-/// RFC 4868 section 2: the key is the hash's output length, the ICV half of it.
+/// RFC 4868 section 2: the key is the hash's output length, the ICV half of
+/// it; RFC 2404: HMAC-SHA-1-96 has a 20-byte key and a 12-byte ICV.
 size_t integ_key_len(IntegId i) noexcept {
 	switch (i) {
+	case IntegId::hmac_sha1_96:
+		return 20;
 	case IntegId::hmac_sha256_128:
 		return 32;
 	case IntegId::hmac_sha384_192:
@@ -234,7 +260,7 @@ size_t integ_key_len(IntegId i) noexcept {
 	return 0;
 }
 
-size_t integ_icv_len(IntegId i) noexcept { return integ_key_len(i) / 2; }
+size_t integ_icv_len(IntegId i) noexcept { return i == IntegId::hmac_sha1_96 ? 12 : integ_key_len(i) / 2; }
 
 size_t encr_keymat_len(EncrId e, uint16_t key_bits) noexcept {
 	switch (e) {
@@ -512,12 +538,45 @@ size_t SkCipher::overhead(size_t inner_len) const noexcept {
  * at the few thousand messages an IKE SA carries before it is rekeyed.
  */
 void SkCipher::seal(std::vector<uint8_t>& msg, uint8_t first, std::span<const uint8_t> inner) const {
+	seal_payload(msg, first, {}, inner);
+}
+
+/**
+ * seal_fragment() - see keymat.hpp. RFC 7383 section 2.5: Fragment Number
+ * and Total Fragments follow the generic header unencrypted but covered by
+ * the ICV (CBC) or the AAD (GCM), exactly like the generic header itself.
+ */
+void SkCipher::seal_fragment(std::vector<uint8_t>& msg, uint8_t first, uint16_t number, uint16_t total,
+                             std::span<const uint8_t> inner) const {
+	std::array<uint8_t, kFragmentFieldsLen> fields{};
+	put_be16(fields.data(), number);
+	put_be16(fields.data() + 2, total);
+	seal_payload(msg, first, fields, inner);
+}
+
+size_t SkCipher::fragment_capacity(size_t skf_len) const noexcept {
+	const SkLayout l = layout_of(suite_);
+	const size_t fixed = kGenericHeaderLen + kFragmentFieldsLen + l.iv_len + l.icv_len;
+	if (skf_len < fixed + kPadLenLen) return 0;
+	// The largest aligned ciphertext that fits, less the Pad Length octet.
+	const size_t ct_len = (skf_len - fixed) / l.align * l.align;
+	return ct_len < kPadLenLen ? 0 : ct_len - kPadLenLen;
+}
+
+/**
+ * seal_payload() - seal() and seal_fragment(): the encrypted payload with
+ * @fields (none for SK; Fragment Number and Total Fragments for SKF)
+ * between its generic header and the IV.
+ */
+void SkCipher::seal_payload(std::vector<uint8_t>& msg, uint8_t first, std::span<const uint8_t> fields,
+                            std::span<const uint8_t> inner) const {
 	if (msg.size() < kHeaderLen) throw std::invalid_argument("seal: message shorter than the IKE header");
 	const SkLayout l = layout_of(suite_);
 	const size_t pad = pad_len_for(l.align, inner.size());
 	const size_t ct_len = inner.size() + pad + kPadLenLen;
 	const size_t sk_off = msg.size();
-	const size_t sk_len = kGenericHeaderLen + l.iv_len + ct_len + l.icv_len;
+	const size_t head_len = kGenericHeaderLen + fields.size();
+	const size_t sk_len = head_len + l.iv_len + ct_len + l.icv_len;
 	if (sk_len > 0xffff || sk_off + sk_len > kMaxMessageLen)
 		throw std::length_error("seal: message would exceed the IKE size limit");
 
@@ -528,9 +587,10 @@ void SkCipher::seal(std::vector<uint8_t>& msg, uint8_t first, std::span<const ui
 	sk[0] = first;
 	sk[1] = 0; // critical bit clear, reserved zero (section 3.2)
 	put_be16(sk + 2, sk_len);
+	std::copy(fields.begin(), fields.end(), sk + kGenericHeaderLen);
 	put_be32(msg.data() + kHeaderLengthOff, msg.size());
 
-	uint8_t* iv = sk + kGenericHeaderLen;
+	uint8_t* iv = sk + head_len;
 	uint8_t* ct = iv + l.iv_len;
 	uint8_t* icv = ct + ct_len;
 	std::copy(inner.begin(), inner.end(), ct);
@@ -550,7 +610,7 @@ void SkCipher::seal(std::vector<uint8_t>& msg, uint8_t first, std::span<const ui
 		const EVP_CIPHER* cipher = cipher_of(suite_.encr, key_.size());
 		if (suite_.encr == EncrId::aes_gcm_16) {
 			ok = ok && gcm_crypt(true, cipher, key_, salt_, iv,
-			                     std::span(msg).first(sk_off + kGenericHeaderLen), pt, ct, icv);
+			                     std::span(msg).first(sk_off + head_len), pt, ct, icv);
 		} else {
 			ok = ok && cbc_crypt(true, cipher, key_, iv, pt, ct);
 			if (ok)
@@ -579,18 +639,31 @@ void SkCipher::seal(std::vector<uint8_t>& msg, uint8_t first, std::span<const ui
  * any length that results in proper alignment).
  */
 std::optional<std::vector<uint8_t>> SkCipher::open(std::span<const uint8_t> msg, size_t sk_offset) const {
+	return open_payload(msg, sk_offset, kGenericHeaderLen);
+}
+
+/// open_fragment() - see keymat.hpp; the fields are checked by the caller, after this.
+std::optional<std::vector<uint8_t>> SkCipher::open_fragment(std::span<const uint8_t> msg,
+                                                            size_t skf_offset) const {
+	return open_payload(msg, skf_offset, kGenericHeaderLen + kFragmentFieldsLen);
+}
+
+/// open_payload() - open() and open_fragment(): @head_len bytes of the
+/// payload (generic header and any fields after it) come before the IV.
+std::optional<std::vector<uint8_t>> SkCipher::open_payload(std::span<const uint8_t> msg, size_t sk_offset,
+                                                           size_t head_len) const {
 	const SkLayout l = layout_of(suite_);
 	// The SK payload is the last one (section 3.14) and runs to the end;
 	// kMaxMessageLen keeps every length inside OpenSSL's int.
 	if (msg.size() > kMaxMessageLen || sk_offset < kHeaderLen || sk_offset > msg.size() ||
-	    msg.size() - sk_offset < kGenericHeaderLen + l.iv_len + l.icv_len + kPadLenLen)
+	    msg.size() - sk_offset < head_len + l.iv_len + l.icv_len + kPadLenLen)
 		return std::nullopt;
 	const size_t sk_len = msg.size() - sk_offset;
 	if (get_be16(msg.data() + sk_offset + 2) != sk_len) return std::nullopt;
-	const size_t ct_len = sk_len - kGenericHeaderLen - l.iv_len - l.icv_len;
+	const size_t ct_len = sk_len - head_len - l.iv_len - l.icv_len;
 	if (ct_len % l.align != 0) return std::nullopt;
 
-	const uint8_t* iv = msg.data() + sk_offset + kGenericHeaderLen;
+	const uint8_t* iv = msg.data() + sk_offset + head_len;
 	const auto ct = std::span(iv + l.iv_len, ct_len);
 	const uint8_t* icv = ct.data() + ct_len;
 	std::vector<uint8_t> out(ct_len);
@@ -599,7 +672,7 @@ std::optional<std::vector<uint8_t>> SkCipher::open(std::span<const uint8_t> msg,
 	if (suite_.encr == EncrId::aes_gcm_16) {
 		std::array<uint8_t, kGcmIcvLen> tag{};
 		std::copy_n(icv, tag.size(), tag.begin());
-		ok = gcm_crypt(false, cipher, key_, salt_, iv, msg.first(sk_offset + kGenericHeaderLen), ct,
+		ok = gcm_crypt(false, cipher, key_, salt_, iv, msg.first(sk_offset + head_len), ct,
 		               out.data(), tag.data());
 	} else {
 		std::array<uint8_t, kMaxMacLen> want{};

@@ -18,12 +18,34 @@ namespace esptun::ike {
 
 /// Transform type 1 (encryption) IDs esptun implements.
 enum class EncrId : uint16_t { aes_cbc = 12, aes_gcm_16 = 20 };
-/// Transform type 2 (PRF).
-enum class PrfId : uint16_t { hmac_sha256 = 5, hmac_sha384 = 6, hmac_sha512 = 7 };
-/// Transform type 3 (integrity); none with AEAD.
-enum class IntegId : uint16_t { none = 0, hmac_sha256_128 = 12, hmac_sha384_192 = 13, hmac_sha512_256 = 14 };
-/// Transform type 4 (key exchange).
-enum class DhGroup : uint16_t { modp2048 = 14, ecp256 = 19, curve25519 = 31 };
+/// Transform type 2 (PRF). hmac_sha1 is weak (RFC 8247 section 2.3: MUST-
+/// for the PRF): a peer uses it only with its allow_weak opt-in.
+enum class PrfId : uint16_t { hmac_sha1 = 2, hmac_sha256 = 5, hmac_sha384 = 6, hmac_sha512 = 7 };
+/// Transform type 3 (integrity); none with AEAD. hmac_sha1_96 is weak for
+/// IKE (RFC 8247 section 2.4: MUST-), opt-in only as above.
+enum class IntegId : uint16_t {
+	none = 0,
+	hmac_sha1_96 = 2,
+	hmac_sha256_128 = 12,
+	hmac_sha384_192 = 13,
+	hmac_sha512_256 = 14
+};
+/// Transform type 4 (key exchange): RFC 3526 MODP (modp1024 is RFC 2409's
+/// group 2: weak, RFC 8247 section 2.4 says SHOULD NOT, opt-in only), RFC 5903 ECP, RFC 8031.
+enum class DhGroup : uint16_t {
+	modp1024 = 2,
+	modp2048 = 14,
+	modp3072 = 15,
+	modp4096 = 16,
+	ecp256 = 19,
+	ecp384 = 20,
+	curve25519 = 31
+};
+
+/// True for the algorithms a peer may use only with its allow_weak opt-in.
+bool weak_prf(PrfId p) noexcept;
+bool weak_integ(IntegId i) noexcept;
+bool weak_dh(DhGroup g) noexcept;
 
 /// One negotiated IKE SA suite.
 struct IkeSuite {
@@ -53,9 +75,9 @@ bool known_dh(uint16_t id) noexcept;
 /// integrity transform exactly when the cipher is not AEAD, a known PRF and group.
 bool valid_suite(const IkeSuite& s) noexcept;
 
-/// Output (and preferred key) length of the PRF in bytes: 32, 48, 64.
+/// Output (and preferred key) length of the PRF in bytes: 20, 32, 48, 64.
 size_t prf_len(PrfId p) noexcept;
-/// Integrity key length (32, 48, 64) and truncated ICV length (16, 24, 32); 0 for none.
+/// Integrity key length (20, 32, 48, 64) and truncated ICV length (12, 16, 24, 32); 0 for none.
 size_t integ_key_len(IntegId i) noexcept;
 size_t integ_icv_len(IntegId i) noexcept;
 /// Encryption key material length: CBC key_bits/8; GCM key_bits/8 + 4 (salt, RFC 5282).
@@ -70,8 +92,9 @@ SecretBytes prf_plus(PrfId p, std::span<const uint8_t> key, std::span<const uint
 
 /**
  * DhKeyPair - one ephemeral key exchange (section 3.4, RFC 5903, RFC 8031).
- * Public values on the wire: MODP 2048 = 256 bytes big-endian, zero-padded;
- * ECP-256 = x || y (64 bytes, no 0x04 prefix); Curve25519 = 32 bytes.
+ * Public values on the wire: MODP = the prime's length (128, 256, 384 or
+ * 512 bytes) big-endian, zero-padded; ECP = x || y (64 bytes for ECP-256,
+ * 96 for ECP-384, no 0x04 prefix); Curve25519 = 32 bytes.
  */
 class DhKeyPair {
 public:
@@ -79,8 +102,9 @@ public:
 	explicit DhKeyPair(DhGroup group);
 	/**
 	 * DhKeyPair() - a key pair from a known private key, for known-answer tests.
-	 * @private_key: MODP: the exponent, big-endian, 1..256 bytes; ECP-256: the
-	 *               32-byte scalar (1 <= d < n); Curve25519: the 32-byte scalar.
+	 * @private_key: MODP: the exponent, big-endian, 1 byte up to the prime's
+	 *               length; ECP: the 32- or 48-byte scalar (1 <= d < n);
+	 *               Curve25519: the 32-byte scalar.
 	 * Throws std::invalid_argument for a key of the wrong size or range.
 	 */
 	DhKeyPair(DhGroup group, std::span<const uint8_t> private_key);
@@ -94,7 +118,8 @@ public:
 	static size_t public_len(DhGroup group) noexcept;
 	/**
 	 * shared_secret() - g^ir from the peer's public value: MODP zero-padded to
-	 * 256 bytes, ECP-256 the x coordinate (32 bytes), Curve25519 32 bytes.
+	 * the prime's length, ECP the x coordinate only (RFC 5903 section 7: 32
+	 * or 48 bytes), Curve25519 32 bytes.
 	 * nullopt for a value of the wrong length, not on the curve, out of range
 	 * (1 < y < p-1 for MODP) or giving the all-zero X25519 output.
 	 */
@@ -191,7 +216,41 @@ public:
 	/// Bytes the SK payload adds around an inner chain of @inner_len (for size checks).
 	size_t overhead(size_t inner_len) const noexcept;
 
+	/**
+	 * seal_fragment() - append one Encrypted Fragment payload (SKF, RFC 7383
+	 * section 2.5) to @msg: generic header, Fragment Number @number and Total
+	 * Fragments @total (both authenticated, not encrypted), then IV,
+	 * ciphertext and ICV as in seal(), each fragment with an IV of its own.
+	 * @first: the first inner payload type in fragment 1, 0 in the others
+	 * @inner: this fragment's piece of the encoded inner chain
+	 * @number, @total are written as given, valid or not (the receiver
+	 * checks them: ike/engine_fragments.cpp; its tests send wrong ones).
+	 * Throws like seal().
+	 */
+	void seal_fragment(std::vector<uint8_t>& msg, uint8_t first, uint16_t number, uint16_t total,
+	                   std::span<const uint8_t> inner) const;
+
+	/**
+	 * open_fragment() - verify and decrypt the SKF payload at @skf_offset,
+	 * which runs to the end of @msg. Return: this fragment's piece of the
+	 * inner chain, or nullopt as for open(). Fragment Number and Total
+	 * Fragments are covered by the check but not interpreted here.
+	 */
+	std::optional<std::vector<uint8_t>> open_fragment(std::span<const uint8_t> msg,
+	                                                  size_t skf_offset) const;
+
+	/// The most inner bytes one SKF payload of at most @skf_len bytes can carry (0: none).
+	size_t fragment_capacity(size_t skf_len) const noexcept;
+
+	/// Fragment Number and Total Fragments: the SKF fields after its generic header.
+	static constexpr size_t kFragmentFieldsLen = 4;
+
 private:
+	void seal_payload(std::vector<uint8_t>& msg, uint8_t first, std::span<const uint8_t> fields,
+	                  std::span<const uint8_t> inner) const;
+	std::optional<std::vector<uint8_t>> open_payload(std::span<const uint8_t> msg, size_t sk_offset,
+	                                                 size_t head_len) const;
+
 	IkeSuite suite_;
 	SecretBytes key_, salt_, integ_key_;
 };

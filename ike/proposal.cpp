@@ -15,16 +15,20 @@ constexpr uint16_t kIntegSha256_128 = 12;
 /// ESN transform IDs (type 5).
 constexpr uint16_t kEsnNo = 0, kEsnYes = 1;
 
-/// Algorithms a peer may offer that esptun refuses, with the reason.
+/// Algorithms a peer may offer that esptun refuses, with the reason. Those
+/// with opt_in are accepted for a peer with allow_weak = true (old gear that
+/// can do nothing better); the others esptun does not implement at all.
 struct Weak {
 	std::string_view token;
 	std::string_view why;
+	bool opt_in = false;
 };
 constexpr std::array kWeakTokens{
     Weak{"md5", "MD5 is broken"},
-    Weak{"sha1", "SHA-1 is too weak for IKE (RFC 8247 says SHOULD NOT for the PRF)"},
+    Weak{"sha1", "SHA-1 is too weak for IKE (RFC 8247: MUST- for integrity, SHOULD NOT as PRF)", true},
+    Weak{"prfsha1", "SHA-1 is too weak for IKE (RFC 8247: SHOULD NOT as PRF)", true},
     Weak{"modp768", "768-bit MODP is breakable"},
-    Weak{"modp1024", "1024-bit MODP is too weak (RFC 8247: SHOULD NOT)"},
+    Weak{"modp1024", "1024-bit MODP is too weak (RFC 8247: SHOULD NOT)", true},
     Weak{"modp1536", "1536-bit MODP is too weak (RFC 8247: SHOULD NOT)"},
     Weak{"3des", "3DES has a 64-bit block (RFC 8247: SHOULD NOT)"},
     Weak{"des", "DES is breakable"},
@@ -83,10 +87,29 @@ std::vector<std::string_view> split_dash(std::string_view text) {
 	return out;
 }
 
-std::string weak_reason(std::string_view token) {
+const Weak* weak_token(std::string_view token) {
 	for (const Weak& w : kWeakTokens)
-		if (token == w.token) return std::string(w.why);
-	return {};
+		if (token == w.token) return &w;
+	return nullptr;
+}
+
+/// refusal() - the message for weak @token: how to opt in, when one can.
+std::string refusal(std::string_view token) {
+	const Weak* w = weak_token(token);
+	std::string out = "'" + std::string(token) + "' is refused: " + std::string(w->why);
+	if (w->opt_in)
+		out += "; if this peer can do nothing better, set allow_weak = true in its [[peer]] "
+		       "table to accept it (esptun then warns at every start)";
+	return out;
+}
+
+/// The key exchange groups a proposal may name, by token.
+std::optional<DhGroup> group_token(std::string_view tok) {
+	if (tok == "x25519" || tok == "curve25519") return DhGroup::curve25519;
+	for (DhGroup g : {DhGroup::ecp256, DhGroup::ecp384, DhGroup::modp2048, DhGroup::modp3072,
+	                  DhGroup::modp4096, DhGroup::modp1024})
+		if (tok == dh_name(g)) return g;
+	return std::nullopt;
 }
 
 bool has(const Proposal& p, TransformType type, uint16_t id, uint16_t key_bits = 0) {
@@ -199,21 +222,17 @@ std::string transform_token(const Transform& t) {
 	case TransformType::prf:
 		if (known_prf(t.id)) return std::string(prf_name(PrfId(t.id)));
 		if (t.id == 1) return "prfmd5";
-		if (t.id == 2) return "prfsha1";
 		return "prf#" + id;
 	case TransformType::integ:
 		if (t.id == 0) return "";
-		if (t.id == kIntegSha1_96) return "sha1";
 		if (known_integ(t.id)) return std::string(integ_name(IntegId(t.id)));
 		if (t.id == 1) return "md5";
 		return "integ#" + id;
 	case TransformType::dh:
 		if (known_dh(t.id)) return std::string(dh_name(DhGroup(t.id)));
 		if (t.id == 1) return "modp768";
-		if (t.id == 2) return "modp1024";
 		if (t.id == 5) return "modp1536";
-		if (t.id == 15) return "modp3072";
-		if (t.id == 20) return "ecp384";
+		if (t.id == 21) return "ecp521";
 		return "dh#" + id;
 	case TransformType::esn:
 		return t.id == kEsnYes ? "esn" : "noesn";
@@ -223,10 +242,14 @@ std::string transform_token(const Transform& t) {
 
 } // namespace
 
-std::optional<IkeSuite> parse_ike_proposal(std::string_view text, std::string& error) {
+std::optional<IkeSuite> parse_ike_proposal(std::string_view text, std::string& error, bool allow_weak) {
 	IkeSuite s;
 	bool have_encr = false, have_prf = false, have_dh = false, have_integ = false;
 	for (std::string_view tok : split_dash(text)) {
+		if (const Weak* w = weak_token(tok); w && !(w->opt_in && allow_weak)) {
+			error = refusal(tok);
+			return std::nullopt;
+		}
 		if (tok == "aes128" || tok == "aes192" || tok == "aes256") {
 			s.encr = EncrId::aes_cbc;
 			s.key_bits = uint16_t(tok == "aes128" ? 128 : tok == "aes192" ? 192 : 256);
@@ -236,34 +259,28 @@ std::optional<IkeSuite> parse_ike_proposal(std::string_view text, std::string& e
 			s.encr = EncrId::aes_gcm_16;
 			s.key_bits = uint16_t(tok.starts_with("aes128") ? 128 : 256);
 			have_encr = true;
-		} else if (tok == "sha256" || tok == "sha384" || tok == "sha512") {
-			s.integ = tok == "sha256"   ? IntegId::hmac_sha256_128
+		} else if (tok == "sha1" || tok == "sha256" || tok == "sha384" || tok == "sha512") {
+			s.integ = tok == "sha1"     ? IntegId::hmac_sha1_96
+			          : tok == "sha256" ? IntegId::hmac_sha256_128
 			          : tok == "sha384" ? IntegId::hmac_sha384_192
 			                            : IntegId::hmac_sha512_256;
 			have_integ = true;
-		} else if (tok == "prfsha256" || tok == "prfsha384" || tok == "prfsha512") {
-			s.prf = tok == "prfsha256"   ? PrfId::hmac_sha256
+		} else if (tok == "prfsha1" || tok == "prfsha256" || tok == "prfsha384" ||
+		           tok == "prfsha512") {
+			s.prf = tok == "prfsha1"     ? PrfId::hmac_sha1
+			        : tok == "prfsha256" ? PrfId::hmac_sha256
 			        : tok == "prfsha384" ? PrfId::hmac_sha384
 			                             : PrfId::hmac_sha512;
 			have_prf = true;
-		} else if (tok == "x25519" || tok == "curve25519") {
-			s.dh = DhGroup::curve25519;
+		} else if (std::optional<DhGroup> g = group_token(tok)) {
+			s.dh = *g;
 			have_dh = true;
-		} else if (tok == "ecp256") {
-			s.dh = DhGroup::ecp256;
-			have_dh = true;
-		} else if (tok == "modp2048") {
-			s.dh = DhGroup::modp2048;
-			have_dh = true;
-		} else if (std::string why = weak_reason(tok); !why.empty() || tok == "prfsha1") {
-			error = "'" + std::string(tok) +
-			        "' is refused: " + (why.empty() ? weak_reason("sha1") : why);
-			return std::nullopt;
 		} else {
 			error = "'" + std::string(tok) +
 			        "' is not an IKE algorithm esptun knows (encryption aes128/aes256/"
 			        "aes128gcm16/aes256gcm16, integrity sha256/sha384/sha512, PRF "
-			        "prfsha256/prfsha384/prfsha512, groups x25519/ecp256/modp2048)";
+			        "prfsha256/prfsha384/prfsha512, groups x25519/ecp256/ecp384/modp2048/"
+			        "modp3072/modp4096)";
 			return std::nullopt;
 		}
 	}
@@ -272,7 +289,7 @@ std::optional<IkeSuite> parse_ike_proposal(std::string_view text, std::string& e
 		return std::nullopt;
 	}
 	if (!have_dh) {
-		error = "has no key exchange group (x25519, ecp256 or modp2048)";
+		error = "has no key exchange group (x25519, ecp256, ecp384, modp2048, modp3072 or modp4096)";
 		return std::nullopt;
 	}
 	if (s.encr == EncrId::aes_gcm_16) {
@@ -288,14 +305,15 @@ std::optional<IkeSuite> parse_ike_proposal(std::string_view text, std::string& e
 	}
 	if (!have_prf) {
 		// strongSwan's convention: the PRF follows the integrity hash.
-		s.prf = s.integ == IntegId::hmac_sha384_192   ? PrfId::hmac_sha384
+		s.prf = s.integ == IntegId::hmac_sha1_96      ? PrfId::hmac_sha1
+		        : s.integ == IntegId::hmac_sha384_192 ? PrfId::hmac_sha384
 		        : s.integ == IntegId::hmac_sha512_256 ? PrfId::hmac_sha512
 		                                              : PrfId::hmac_sha256;
 	}
 	return s;
 }
 
-std::optional<EspSuite> parse_esp_proposal(std::string_view text, std::string& error) {
+std::optional<EspSuite> parse_esp_proposal(std::string_view text, std::string& error, bool allow_weak) {
 	std::vector<std::string_view> toks = split_dash(text);
 	EspSuite s;
 	bool have_esn = false;
@@ -309,15 +327,17 @@ std::optional<EspSuite> parse_esp_proposal(std::string_view text, std::string& e
 			}
 			s.esn = t == "esn" ? EsnOffer::yes : EsnOffer::no;
 			have_esn = true;
-		} else if (t == "x25519" || t == "curve25519" || t == "ecp256" || t == "modp2048") {
+		} else if (std::optional<DhGroup> g = group_token(t)) {
 			if (s.pfs) {
 				error = "names two key exchange groups; write one proposal per group "
 				        "(e.g. \"aes128gcm16-x25519\", \"aes128gcm16-ecp256\")";
 				return std::nullopt;
 			}
-			s.pfs = t == "ecp256"     ? DhGroup::ecp256
-			        : t == "modp2048" ? DhGroup::modp2048
-			                          : DhGroup::curve25519;
+			if (weak_dh(*g) && !allow_weak) {
+				error = refusal(t);
+				return std::nullopt;
+			}
+			s.pfs = *g;
 		} else {
 			break;
 		}
@@ -325,8 +345,9 @@ std::optional<EspSuite> parse_esp_proposal(std::string_view text, std::string& e
 	}
 	std::string name;
 	for (std::string_view t : toks) {
-		if (std::string why = weak_reason(t); !why.empty() && t != "sha1") {
-			error = "'" + std::string(t) + "' is refused: " + why;
+		// ESP's HMAC-SHA-1-96 is not weak (RFC 8221: MUST-), unlike IKE's PRF.
+		if (const Weak* w = weak_token(t); w && t != "sha1") {
+			error = "'" + std::string(t) + "' is refused: " + std::string(w->why);
 			return std::nullopt;
 		}
 		name += (name.empty() ? "" : "-") + std::string(t);
@@ -342,8 +363,24 @@ std::optional<EspSuite> parse_esp_proposal(std::string_view text, std::string& e
 	error = "'" + name +
 	        "' is not an ESP suite esptun has (aes128gcm16, aes256gcm16, aes128-sha1, "
 	        "aes256-sha1, aes128-sha256, aes256-sha256; then optionally a group for perfect "
-	        "forward secrecy, x25519, ecp256 or modp2048, and -esn or -noesn to insist on one)";
+	        "forward secrecy, x25519, ecp256, ecp384, modp2048, modp3072 or modp4096, and -esn or "
+	        "-noesn to insist on one)";
 	return std::nullopt;
+}
+
+std::vector<std::string_view> weak_algorithms(std::span<const IkeSuite> ike, std::span<const EspSuite> esp) {
+	std::vector<std::string_view> out;
+	auto add = [&](std::string_view name) {
+		if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+	};
+	for (const IkeSuite& s : ike) {
+		if (weak_integ(s.integ)) add(integ_name(s.integ));
+		if (weak_prf(s.prf)) add(prf_name(s.prf));
+		if (weak_dh(s.dh)) add(dh_name(s.dh));
+	}
+	for (const EspSuite& s : esp)
+		if (s.pfs && weak_dh(*s.pfs)) add(dh_name(*s.pfs));
+	return out;
 }
 
 std::string ike_suite_name(const IkeSuite& s) {

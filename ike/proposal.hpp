@@ -36,12 +36,26 @@ struct EspSuite {
 /// CREATE_CHILD_SA a proposal with a group needs a KE payload of that group.
 enum class ChildExchange : uint8_t { ike_auth, create_child_sa };
 
-/// parse_ike_proposal() - "encr[-integ][-prf]-dh"; nullopt with @error set
-/// (naming the token, and saying why when it is a weak algorithm).
-std::optional<IkeSuite> parse_ike_proposal(std::string_view text, std::string& error);
+/**
+ * parse_ike_proposal() - "encr[-integ][-prf]-dh"; nullopt with @error set
+ * (naming the token, and saying why when it is a weak algorithm).
+ * @allow_weak: the peer's opt-in (allow_weak = true) to modp1024, sha1 and
+ *              prfsha1; without it they are refused with a message that says
+ *              how to opt in. Other weak algorithms (md5, 3des, ...) are
+ *              refused either way: esptun does not implement them.
+ */
+std::optional<IkeSuite> parse_ike_proposal(std::string_view text, std::string& error,
+                                           bool allow_weak = false);
 /// parse_esp_proposal() - "encr[-integ][-group][-esn|-noesn]"; a group
-/// (x25519, ecp256, modp2048) asks for PFS in CHILD_SA rekeys.
-std::optional<EspSuite> parse_esp_proposal(std::string_view text, std::string& error);
+/// (x25519, ecp256, ecp384, modp2048, modp3072, modp4096; modp1024 only with
+/// @allow_weak) asks for PFS in CHILD_SA rekeys.
+std::optional<EspSuite> parse_esp_proposal(std::string_view text, std::string& error,
+                                           bool allow_weak = false);
+
+/// The weak algorithms (weak_prf(), weak_integ(), weak_dh()) that @ike and
+/// @esp name, each once, in config spelling ("modp1024", "prfsha1", "sha1");
+/// for the warning a peer with allow_weak gets at start and reload.
+std::vector<std::string_view> weak_algorithms(std::span<const IkeSuite> ike, std::span<const EspSuite> esp);
 
 std::string ike_suite_name(const IkeSuite& s);
 std::string esp_suite_name(const EspSuite& s);

@@ -22,8 +22,9 @@ esac
 # (platform/privileges.cpp); libseccomp checks the architecture and builds
 # the filter program, which raw BPF would leave to us. libsystemd-dev:
 # sd_notify(3) for the units' Type=notify and watchdog (service/notify.cpp).
+# libcli11-dev: every program's command line (apps/cli/options.hpp).
 build_pkgs=(g++ cmake make pkg-config libssl-dev liburing-dev libseccomp-dev libsystemd-dev libasio-dev
-	libtomlplusplus-dev doctest-dev)
+	libtomlplusplus-dev libcli11-dev nlohmann-json3-dev doctest-dev)
 # Tests: namespaces and addresses (iproute2), traffic (iperf3, ping), the
 # scapy interop peer, clang + its runtimes for the fuzz build and
 # clang-format, and pgrep/sysctl (procps). openresolv (the resolvconf that

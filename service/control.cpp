@@ -1,7 +1,7 @@
 // Control socket: see control.hpp.
 #include "service/control.hpp"
 
-#include "service/json.hpp"
+#include "service/json_io.hpp"
 
 #include <asio/connect.hpp>
 #include <asio/read.hpp>
@@ -119,12 +119,7 @@ void ControlServer::serve(std::shared_ptr<stream_protocol::socket> conn) {
 
 std::string ControlServer::answer(const std::string& request, int peer_uid) {
 	auto refusal = [](const std::string& why) {
-		JsonWriter j;
-		j.begin_object();
-		j.key("ok").value(false);
-		j.key("error").value(why);
-		j.end_object();
-		return j.str() + "\n";
+		return json_text(Json{{"ok", false}, {"error", why}}) + "\n";
 	};
 	if (request == "status") return render_();
 	if (request == "reload") {

@@ -4,6 +4,7 @@
 #include "base/error.hpp"
 #include "platform/netlink.hpp"
 #include "platform/sockaddr.hpp"
+#include "service/json_io.hpp"
 #include "service/log.hpp"
 #include "service/tun_setup.hpp"
 
@@ -102,6 +103,7 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 		pol.ike_rekey_s = p.ike->ike_rekey_time;
 		pol.child_rekey_bytes = p.ike->rekey_bytes;
 		pol.child_rekey_packets = p.ike->rekey_packets;
+		pol.fragment_size = p.ike->fragment_size;
 		out.push_back(std::move(pol));
 	}
 	return out;
@@ -544,102 +546,91 @@ void IkeService::assigned(size_t peer, std::span<const IpAddress> addresses, std
 	dns_applied_ = dns_.apply(platform::link_name(tun_ifindex_), dns, catch_all);
 }
 
-void IkeService::write_status(JsonWriter& j) const {
+Json IkeService::status_json() const {
 	const ike::IkeCounters& c = engine_->counters();
-	j.key("ike").begin_object();
-	j.field("port", unsigned(ike_port_));
-	if (!dns_applied_.empty()) j.field("dns_applied", dns_applied_);
-	j.key("counters").begin_object();
-	j.field("received", c.received);
-	j.field("sent", c.sent);
-	j.field("malformed", c.malformed);
-	j.field("unknown_sa", c.unknown_sa);
-	j.field("bad_icv", c.bad_icv);
-	j.field("auth_failed", c.auth_failed);
-	j.field("no_proposal", c.no_proposal);
-	j.field("cookies_sent", c.cookies_sent);
-	j.field("retransmits", c.retransmits);
-	j.field("half_open_dropped", c.half_open_dropped);
-	j.field("half_open_source_dropped", c.half_open_source_dropped);
-	j.field("half_open_evicted", c.half_open_evicted);
-	j.field("cookies_rejected", c.cookies_rejected);
-	j.field("groups_steered", c.groups_steered);
-	j.field("init_errors_ignored", c.init_errors_ignored);
-	j.field("logs_suppressed", c.logs_suppressed);
-	j.field("sa_refused", c.sa_refused);
-	j.field("internal_errors", c.internal_errors);
-	j.field("inbox_dropped", inbox_.dropped());
-	j.field("inbox_dropped_known", inbox_.dropped_known());
-	j.field("inbox_dropped_stranger", inbox_.dropped_stranger());
-	j.field("inbox_dropped_source", inbox_.dropped_source());
-	j.field("inbox_too_big", inbox_.too_big());
-	j.field("inbox_too_short", inbox_.too_short());
-	j.field("send_errors", send_errors_);
-	j.end_object();
-	j.key("address_pool").begin_array();
-	for (const tunnel::AddressPool::Usage& u : table_.address_pool().usage()) {
-		j.begin_object();
-		j.field("prefix", to_string(u.prefix));
-		j.field("usable", uint64_t(u.usable));
-		j.field("leased", uint64_t(u.leased));
-		j.end_object();
-	}
-	j.end_array();
-	auto strings = [](JsonWriter& w, const char* key, const std::vector<std::string>& list) {
-		w.key(key).begin_array();
-		for (const std::string& v : list)
-			w.value(v);
-		w.end_array();
-	};
+	Json j = Json::object();
+	j["port"] = unsigned(ike_port_);
+	if (!dns_applied_.empty()) j["dns_applied"] = dns_applied_;
+	j["counters"] = Json{{"received", c.received},
+	                     {"sent", c.sent},
+	                     {"malformed", c.malformed},
+	                     {"unknown_sa", c.unknown_sa},
+	                     {"bad_icv", c.bad_icv},
+	                     {"auth_failed", c.auth_failed},
+	                     {"no_proposal", c.no_proposal},
+	                     {"cookies_sent", c.cookies_sent},
+	                     {"retransmits", c.retransmits},
+	                     {"half_open_dropped", c.half_open_dropped},
+	                     {"half_open_source_dropped", c.half_open_source_dropped},
+	                     {"half_open_evicted", c.half_open_evicted},
+	                     {"cookies_rejected", c.cookies_rejected},
+	                     {"groups_steered", c.groups_steered},
+	                     {"init_errors_ignored", c.init_errors_ignored},
+	                     {"fragments_sent", c.fragments_sent},
+	                     {"fragments_received", c.fragments_received},
+	                     {"fragments_dropped", c.fragments_dropped},
+	                     {"reassembly_abandoned", c.reassembly_abandoned},
+	                     {"logs_suppressed", c.logs_suppressed},
+	                     {"sa_refused", c.sa_refused},
+	                     {"internal_errors", c.internal_errors},
+	                     {"inbox_dropped", inbox_.dropped()},
+	                     {"inbox_dropped_known", inbox_.dropped_known()},
+	                     {"inbox_dropped_stranger", inbox_.dropped_stranger()},
+	                     {"inbox_dropped_source", inbox_.dropped_source()},
+	                     {"inbox_too_big", inbox_.too_big()},
+	                     {"inbox_too_short", inbox_.too_short()},
+	                     {"send_errors", send_errors_}};
+	Json& pool = j["address_pool"] = Json::array();
+	for (const tunnel::AddressPool::Usage& u : table_.address_pool().usage())
+		pool.push_back(Json{{"prefix", to_string(u.prefix)},
+		                    {"usable", uint64_t(u.usable)},
+		                    {"leased", uint64_t(u.leased)}});
 	auto hex = [](uint64_t v, int digits) {
 		char buf[24];
 		std::snprintf(buf, sizeof buf, "%0*llx", digits, static_cast<unsigned long long>(v));
 		return std::string(buf);
 	};
-	j.key("sas").begin_array();
+	Json& sas = j["sas"] = Json::array();
 	for (const ike::IkeSaStatus& s : engine_->status(ike::Clock::now())) {
-		j.begin_object();
-		j.field("peer", s.peer);
-		j.field("state", s.state);
-		j.field("initiator", s.initiator);
-		j.field("spi_i", hex(s.spi_i, 16));
-		j.field("spi_r", hex(s.spi_r, 16));
-		j.field("suite", s.suite);
-		j.field("remote", s.remote);
-		j.field("age_s", s.age_s);
-		j.field("child_rekeys", s.child_rekeys);
-		j.field("ike_rekeys", s.ike_rekeys);
-		j.field("behind_nat", s.behind_nat);
-		j.field("rekey_in_s", s.rekey_in_s);
-		strings(j, "virtual_ips", s.virtual_ips);
-		strings(j, "dns", s.dns);
+		Json sa = Json{{"peer", s.peer},
+		               {"state", s.state},
+		               {"initiator", s.initiator},
+		               {"spi_i", hex(s.spi_i, 16)},
+		               {"spi_r", hex(s.spi_r, 16)},
+		               {"suite", s.suite},
+		               {"remote", s.remote},
+		               {"age_s", s.age_s},
+		               {"child_rekeys", s.child_rekeys},
+		               {"ike_rekeys", s.ike_rekeys},
+		               {"behind_nat", s.behind_nat},
+		               {"rekey_in_s", s.rekey_in_s},
+		               {"virtual_ips", s.virtual_ips},
+		               {"dns", s.dns}};
 		// How the peer proved itself: "psk", or its key and signature scheme
 		// with its certificate's subject and issuer; absent before IKE_AUTH.
-		if (!s.peer_auth.empty()) j.field("peer_auth", s.peer_auth);
+		if (!s.peer_auth.empty()) sa["peer_auth"] = s.peer_auth;
 		if (!s.peer_subject.empty()) {
-			j.field("peer_subject", s.peer_subject);
-			j.field("peer_issuer", s.peer_issuer);
+			sa["peer_subject"] = s.peer_subject;
+			sa["peer_issuer"] = s.peer_issuer;
 		}
-		j.key("children").begin_array();
+		Json& children = sa["children"] = Json::array();
 		for (const ike::ChildStatus& ch : s.children) {
-			j.begin_object();
-			j.field("spi_in", hex(ch.spi_in, 8));
-			j.field("spi_out", hex(ch.spi_out, 8));
-			j.field("cipher", ch.cipher);
-			if (!ch.pfs.empty()) j.field("pfs", ch.pfs);
-			j.field("esn", ch.esn);
-			j.field("age_s", ch.age_s);
-			j.field("sending", ch.sending);
-			j.field("rekey_in_s", ch.rekey_in_s);
-			strings(j, "local_ts", ch.local_ts);
-			strings(j, "remote_ts", ch.remote_ts);
-			j.end_object();
+			Json child = Json::object();
+			child["spi_in"] = hex(ch.spi_in, 8);
+			child["spi_out"] = hex(ch.spi_out, 8);
+			child["cipher"] = ch.cipher;
+			if (!ch.pfs.empty()) child["pfs"] = ch.pfs;
+			child["esn"] = ch.esn;
+			child["age_s"] = ch.age_s;
+			child["sending"] = ch.sending;
+			child["rekey_in_s"] = ch.rekey_in_s;
+			child["local_ts"] = ch.local_ts;
+			child["remote_ts"] = ch.remote_ts;
+			children.push_back(std::move(child));
 		}
-		j.end_array();
-		j.end_object();
+		sas.push_back(std::move(sa));
 	}
-	j.end_array();
-	j.end_object();
+	return j;
 }
 
 } // namespace esptun::service

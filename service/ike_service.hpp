@@ -10,7 +10,6 @@
 #include "ike/engine.hpp"
 #include "platform/unique_fd.hpp"
 #include "service/dns_config.hpp"
-#include "service/json.hpp"
 #include "service/tun_setup.hpp"
 #include "tunnel/sa.hpp"
 
@@ -19,6 +18,7 @@
 #include <asio/steady_timer.hpp>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -61,7 +61,7 @@ public:
 	 */
 	void add_peers(const conf::Config& config, std::span<const std::string> names);
 	/// The "ike" member of the status JSON.
-	void write_status(JsonWriter& j) const;
+	nlohmann::ordered_json status_json() const;
 	/// route_all: the /1 routes, which follow the families of the virtual
 	/// addresses the gateway assigns (null: no route_all). Outlives this.
 	void set_full_tunnel(FullTunnel* full) noexcept { full_tunnel_ = full; }

@@ -75,8 +75,16 @@ std::string Reloader::reload() {
 	if (!d.restart_only.empty())
 		throw ReloadRefused("only a restart can apply a change of " + joined(d.restart_only) +
 		                    "; nothing changed (put it back, or restart)");
-	if (!d.peers_differ())
+	// Weak algorithms by a peer's allow_weak are warned of at every reload
+	// the new config passed, changed peers or not.
+	auto warn_weak = [](const conf::Config& config) {
+		for (const std::string& w : conf::weak_peer_warnings(config))
+			log::warn("reload: " + w);
+	};
+	if (!d.peers_differ()) {
+		warn_weak(next);
 		return "nothing to change: " + std::to_string(d.unchanged.size()) + " peer(s) as before";
+	}
 
 	std::vector<std::string> going = d.removed, coming = d.added;
 	going.insert(going.end(), d.changed.begin(), d.changed.end());
@@ -145,6 +153,7 @@ std::string Reloader::reload() {
 			}
 		}
 	running_ = std::move(next);
+	warn_weak(running_);
 
 	std::string what;
 	auto say = [&](const char* how, const std::vector<std::string>& names) {

@@ -14,7 +14,7 @@
 #include "service/control.hpp"
 #include "service/control_loop.hpp"
 #include "service/ike_service.hpp"
-#include "service/json.hpp"
+#include "service/json_io.hpp"
 #include "service/log.hpp"
 #include "service/notify.hpp"
 #include "service/privileges.hpp"
@@ -178,6 +178,8 @@ std::unique_ptr<IkeService> open_ike(asio::io_context& io, const conf::Config& c
 		return nullptr;
 	auto ike = std::make_unique<IkeService>(io, config, table, workers[0]->udp->fd(), inbox,
 	                                        workers[0]->queue.ifindex);
+	for (const std::string& w : conf::weak_peer_warnings(config))
+		log::warn(w);
 	for (auto& wk : workers)
 		wk->plane->set_ike_inbox(&inbox);
 	info.ike = ike.get();
@@ -212,8 +214,7 @@ std::unique_ptr<ConfigReader> open_config_reader(const conf::Config& config) {
 /// reload_answer() - run a reload for @who ("SIGHUP", "control socket"),
 /// log its outcome and return it as the control socket's JSON answer.
 std::string reload_answer(Reloader& reloader, const std::string& who) {
-	JsonWriter j;
-	j.begin_object();
+	Json j = Json::object();
 	// systemd (Type=notify) learns a reload runs and when it ended: systemctl
 	// reload returns only then (sd_notify(3), RELOADING=1 ... READY=1).
 	notify_reloading();
@@ -223,15 +224,14 @@ std::string reload_answer(Reloader& reloader, const std::string& who) {
 	try {
 		const std::string what = reloader.reload();
 		log::info("reload (" + who + "): " + what);
-		j.key("ok").value(true);
-		j.key("message").value(what);
+		j["ok"] = true;
+		j["message"] = what;
 	} catch (const std::exception& e) {
 		log::error("reload (" + who + ") refused: " + e.what());
-		j.key("ok").value(false);
-		j.key("error").value(e.what());
+		j["ok"] = false;
+		j["error"] = e.what();
 	}
-	j.end_object();
-	return j.str() + "\n";
+	return json_text(j) + "\n";
 }
 
 /// enable_reload() - a gateway reloads on "reload" and SIGHUP; a client

@@ -1,59 +1,41 @@
 // esptun-bench: measurements and demonstrations around esptun-gateway.
-// main() only dispatches: each subcommand lives in its own folder, and what
-// several of them share (child processes, the namespace pair) in lab/.
+// main() only dispatches: each subcommand lives in its own folder and
+// declares its options on the shared command line (apps/cli/options.hpp);
+// what several of them share (child processes, the namespace pair) is in lab/.
 #include "apps/bench/compare/compare.hpp"
 #include "apps/bench/crypto_bench/crypto_bench.hpp"
 #include "apps/bench/demo/demo.hpp"
 #include "apps/bench/udp_engines/udp_engines.hpp"
 #include "apps/bench/vhost_counts/vhost_counts.hpp"
+#include "apps/cli/options.hpp"
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
-namespace {
-
-void usage(std::FILE* to) {
-	std::fprintf(to,
-	             "usage: esptun-bench COMMAND [OPTIONS]\n"
-	             "\n"
-	             "commands:\n"
-	             "%s"
-	             "%s"
-	             "%s"
-	             "%s"
-	             "%s"
-	             "  help                  this text\n"
-	             "  --version             print the version\n",
-	             esptun::bench::demo::kDemoUsage, esptun::bench::vhost_counts::kVhostCountsUsage,
-	             esptun::bench::crypto_bench::kCryptoBenchUsage, esptun::bench::compare::kCompareUsage,
-	             esptun::bench::udp_engines::kUdpEnginesUsage);
-}
-
-} // namespace
-
 int main(int argc, char** argv) {
-	std::vector<std::string> args(argv + 1, argv + argc);
-	if (args.empty()) {
-		usage(stderr);
-		return 2;
-	}
-	const std::string cmd = args.front();
-	args.erase(args.begin());
-	if (cmd == "demo") return esptun::bench::demo::run_demo(args);
-	if (cmd == "crypto") return esptun::bench::crypto_bench::run_crypto_bench(args);
-	if (cmd == "compare") return esptun::bench::compare::run_compare(args);
-	if (cmd == "vhost-counts") return esptun::bench::vhost_counts::run_vhost_counts(args);
-	if (cmd == "udp-engines") return esptun::bench::udp_engines::run_udp_engines(args);
-	if (cmd == "--version") {
-		std::printf("esptun-bench %s\n", ESPTUN_VERSION);
+	using namespace esptun;
+	const auto app =
+	    cli::make_app("esptun-bench", "measurements and demonstrations around esptun-gateway");
+	app->require_subcommand(1);
+	std::string command_line = "esptun-bench";
+	for (int i = 1; i < argc; i++)
+		command_line.append(" ").append(argv[i]);
+	const std::vector<cli::Verb> verbs = {
+	    bench::demo::add_demo(*app),
+	    bench::vhost_counts::add_vhost_counts(*app),
+	    bench::crypto_bench::add_crypto_bench(*app),
+	    bench::compare::add_compare(*app, command_line),
+	    bench::udp_engines::add_udp_engines(*app),
+	};
+	const CLI::App* help = cli::add_verb(*app, "help", "this text");
+	app->footer("'esptun-bench COMMAND --help' lists a command's options.\n");
+	if (const int rc = cli::parse_command_line(*app, argc, argv); rc >= 0) return rc;
+	if (help->parsed()) {
+		std::fputs(app->help().c_str(), stdout);
 		return 0;
 	}
-	if (cmd == "help" || cmd == "-h" || cmd == "--help") {
-		usage(stdout);
-		return 0;
-	}
-	std::fprintf(stderr, "esptun-bench: unknown command \"%s\"\n\n", cmd.c_str());
-	usage(stderr);
-	return 2;
+	for (const cli::Verb& v : verbs)
+		if (v.app->parsed()) return v.run();
+	return cli::kExitUsage; // parse_command_line() required one of them
 }

@@ -2,6 +2,7 @@
 #include "apps/cli/cli.hpp"
 
 #include "apps/cli/keygen.hpp"
+#include "apps/cli/options.hpp"
 #include "apps/cli/show.hpp"
 #include "platform/process.hpp"
 #include "service/control.hpp"
@@ -25,115 +26,121 @@ namespace {
 struct Args {
 	std::string verb;
 	std::string config;
-	std::string interface; ///< status/show: -i, the socket is /run/esptun/<interface>.sock
-	std::string socket;    ///< status/show: -s, the socket itself
+	std::string interface; ///< status/show/reload: -i, the socket is /run/esptun/<interface>.sock
+	std::string socket;    ///< status/show/reload: -s, the socket itself
 	std::string format = "json";
+	std::string cipher; ///< genkey/genpair: --cipher
 	bool verbose = false;
 };
 
-/// The options that take a value, and where it goes.
-std::string* option_target(Args& args, const std::string& a) {
-	if (a == "-c" || a == "--config") return &args.config;
-	if (a == "-i" || a == "--interface") return &args.interface;
-	if (a == "-s" || a == "--socket") return &args.socket;
-	if (a == "--format") return &args.format;
-	return nullptr;
+/// add_config() - -c FILE on a verb that reads a config (run/up, check, cleanup)
+void add_config(CLI::App& verb, Args& args) {
+	verb.add_option("-c,--config", args.config, "the TOML config")->type_name("FILE")->required();
 }
 
-void usage(FILE* out, const char* program, conf::Role role) {
-	const bool gw = role == conf::Role::gateway;
-	const std::string run = std::string(gw ? "run" : "up") + " -c FILE [-v]";
-	const std::string start =
-	    std::string("start the ") + (gw ? "site-to-site gateway" : "VPN client") + " in the foreground";
-	struct Line {
-		std::string cmd, what;
-	};
-	std::vector<Line> lines{
-	    {run, start},
-	    {"check -c FILE", "validate FILE without touching any device"},
-	    {"status [WHICH] [--format F]", "print the counters (F: json, prometheus)"},
-	    {"show [WHICH]", "print peers, SAs, transfer, drops for people"},
-	};
-	if (gw) lines.push_back({"reload [WHICH]", "re-read the running gateway's config, apply its peers"});
-	if (!gw) lines.push_back({"cleanup -c FILE", "remove the routes a killed client left"});
-	for (const KeygenCommand& k : keygen_commands())
-		lines.push_back({k.usage, k.what});
-	lines.push_back({"--version", "print the version"});
-	for (size_t i = 0; i < lines.size(); i++)
-		std::fprintf(out, "%s %s %-28s %s\n", i ? "      " : "usage:", program, lines[i].cmd.c_str(),
-		             lines[i].what.c_str());
+/// add_verbose() - -v on every verb that may log
+void add_verbose(CLI::App& verb, Args& args) {
+	verb.add_flag("-v,--verbose", args.verbose, "log at debug level");
+}
+
+/**
+ * add_which() - WHICH, the endpoint a query reads: -c, -i or -s, at most
+ * one; with none, the endpoints with a socket in conf::kControlSocketDir
+ */
+void add_which(CLI::App& verb, Args& args) {
 	const std::string dir(conf::kControlSocketDir);
-	std::fprintf(out,
-	             "FILE is a TOML config; see docs/examples/ and README.md.\n"
-	             "WHICH is -i INTERFACE (its socket is %s/INTERFACE.sock), -s SOCKET or -c FILE;\n"
-	             "without one: every endpoint with a socket in %s (status: the only one).\n",
-	             dir.c_str(), dir.c_str());
+	CLI::Option* c =
+	    verb.add_option("-c,--config", args.config, "the endpoint's config (its control_socket)")
+	        ->type_name("FILE");
+	CLI::Option* i = verb.add_option("-i,--interface", args.interface,
+	                                 "its interface: the socket " + dir + "/INTERFACE.sock");
+	i->type_name("INTERFACE");
+	i->check(CLI::Validator(
+	    [](std::string& name) -> std::string {
+		    return name.find('/') == std::string::npos
+		               ? ""
+		               : "takes an interface name, not a path (for a socket: -s)";
+	    },
+	    ""));
+	CLI::Option* s =
+	    verb.add_option("-s,--socket", args.socket, "its control socket")->type_name("SOCKET");
+	c->excludes(i)->excludes(s);
+	i->excludes(s);
 }
 
-/// Returns false (after printing why) when the arguments make no sense.
-bool parse_args(int argc, char** argv, conf::Role role, Args& args) {
-	const char* run_verb = role == conf::Role::gateway ? "run" : "up";
+/**
+ * verb_first() - @argv with the verb moved to the front: options may come
+ * before the verb (`-c FILE check`), as they always could, while CLI11 reads
+ * a subcommand's options after its name
+ */
+std::vector<const char*> verb_first(int argc, char** argv) {
+	std::vector<const char*> out(argv, argv + argc);
 	for (int i = 1; i < argc; i++) {
-		std::string a = argv[i];
-		if (std::string* target = option_target(args, a)) {
-			if (i + 1 >= argc) {
-				std::fprintf(stderr, "%s: %s needs a value\n", argv[0], a.c_str());
-				return false;
-			}
-			*target = argv[++i];
-		} else if (a == "-v" || a == "--verbose") {
-			args.verbose = true;
-		} else if (args.verb.empty() && a[0] != '-') {
-			args.verb = a;
-		} else {
-			std::fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], a.c_str());
-			return false;
+		const std::string a = argv[i];
+		if (a == "-c" || a == "--config" || a == "-i" || a == "--interface" || a == "-s" ||
+		    a == "--socket" || a == "--format" || a == "-C" || a == "--cipher") {
+			i++; // and its value
+		} else if (a.empty() || a[0] != '-') {
+			out.erase(out.begin() + i);
+			out.insert(out.begin() + 1, argv[i]);
+			break;
 		}
 	}
-	const bool reload = role == conf::Role::gateway && args.verb == "reload";
-	const bool query = args.verb == "status" || args.verb == "show" || reload;
-	const bool cleanup = role == conf::Role::client && args.verb == "cleanup";
-	if (args.verb != run_verb && args.verb != "check" && !query && !cleanup) {
-		if (args.verb.empty())
-			std::fprintf(stderr, "%s: no command given\n", argv[0]);
-		else
-			std::fprintf(
-			    stderr,
-			    "%s: unknown command '%s' (this program's commands: %s, check, status, show, "
-			    "%sgenkey, genpair, genpsk)\n",
-			    argv[0], args.verb.c_str(), run_verb,
-			    role == conf::Role::gateway ? "reload, " : "cleanup, ");
-		return false;
+	return out;
+}
+
+/// make_command_line() - the verbs of @role's program and their options, into @args
+std::unique_ptr<CLI::App> make_command_line(conf::Role role, const std::string& program, Args& args) {
+	const bool gw = role == conf::Role::gateway;
+	auto app = make_app(program, gw ? "esptun site-to-site gateway (userspace IPsec ESP over UDP)"
+	                                : "esptun VPN client (userspace IPsec ESP over UDP)");
+	app->require_subcommand(1);
+	CLI::App* run = add_verb(*app, gw ? "run" : "up",
+	                         std::string("start the ") + (gw ? "site-to-site gateway" : "VPN client") +
+	                             " in the foreground (-c FILE)");
+	add_config(*run, args);
+	add_verbose(*run, args);
+	CLI::App* check = add_verb(*app, "check", "validate FILE (-c) without touching any device");
+	add_config(*check, args);
+	add_verbose(*check, args);
+	CLI::App* status =
+	    add_verb(*app, "status", "print the counters of WHICH (--format json, prometheus)");
+	add_which(*status, args);
+	status->add_option("--format", args.format, "json (one endpoint) or prometheus (all of them)")
+	    ->type_name("F")
+	    ->check(CLI::IsMember({"json", "prometheus"}));
+	add_verbose(*status, args);
+	CLI::App* show = add_verb(*app, "show", "print peers, SAs, transfer, drops of WHICH for people");
+	add_which(*show, args);
+	add_verbose(*show, args);
+	if (gw) {
+		CLI::App* reload =
+		    add_verb(*app, "reload", "re-read the running gateway's config, apply its peers");
+		add_which(*reload, args);
+		add_verbose(*reload, args);
+	} else {
+		CLI::App* cleanup =
+		    add_verb(*app, "cleanup", "remove the routes a killed client left (-c FILE)");
+		add_config(*cleanup, args);
+		add_verbose(*cleanup, args);
 	}
-	const int which = !args.config.empty() + !args.interface.empty() + !args.socket.empty();
-	if (query && which > 1) {
-		std::fprintf(stderr, "%s %s: give one of -c, -i and -s\n", argv[0], args.verb.c_str());
-		return false;
+	for (const KeygenCommand& k : keygen_commands()) {
+		CLI::App* verb = add_verb(*app, k.name, k.what);
+		if (k.takes_cipher)
+			verb->add_option("-C,--cipher", args.cipher, "the suite")
+			    ->type_name("C")
+			    ->required()
+			    ->check(CLI::IsMember(cipher_names()));
 	}
-	if (!query && (!args.interface.empty() || !args.socket.empty())) {
-		std::fprintf(stderr, "%s %s: -i and -s are for status and show; pass -c FILE\n", argv[0],
-		             args.verb.c_str());
-		return false;
-	}
-	if (args.interface.find('/') != std::string::npos) {
-		std::fprintf(stderr, "%s: -i takes an interface name, not a path (for a socket: -s)\n",
-		             argv[0]);
-		return false;
-	}
-	if (args.format != "json" && args.format != "prometheus") {
-		std::fprintf(stderr, "%s: --format is json or prometheus, not '%s'\n", argv[0],
-		             args.format.c_str());
-		return false;
-	}
-	if (args.format != "json" && args.verb != "status") {
-		std::fprintf(stderr, "%s %s: --format is for status\n", argv[0], args.verb.c_str());
-		return false;
-	}
-	if (!query && args.config.empty()) {
-		std::fprintf(stderr, "%s %s: which config? pass -c FILE\n", argv[0], args.verb.c_str());
-		return false;
-	}
-	return true;
+	const std::string dir(conf::kControlSocketDir);
+	app->footer("FILE is a TOML config; see docs/examples/ and README.md.\n"
+	            "WHICH is -i INTERFACE (its socket is " +
+	            dir +
+	            "/INTERFACE.sock), -s SOCKET or -c FILE;\n"
+	            "without one: every endpoint with a socket in " +
+	            dir + " (status: the only one).\n" + "'" + program +
+	            " COMMAND --help' lists a command's options.");
+	return app;
 }
 
 /**
@@ -206,20 +213,20 @@ int query(const Args& args, conf::Role role) {
 int reload(const Args& args, conf::Role role, const char* program) {
 	const std::string socket = sockets_of(args, role, true).front();
 	const std::string text = service::query_control(socket, "reload");
-	service::JsonValue answer;
+	service::Json answer;
 	try {
 		answer = service::parse_json(text);
-	} catch (const std::exception&) {
-		throw std::runtime_error(socket + " answered something that is not a reload answer");
+	} catch (const std::exception& e) {
+		throw std::runtime_error(socket +
+		                         " answered something that is not a reload answer: " + e.what());
 	}
-	const service::JsonValue* ok = answer.get("ok");
-	if (ok && ok->kind == service::JsonValue::Kind::boolean && ok->boolean) {
-		std::printf("%s\n", answer.at({"message"}) ? answer.at({"message"})->as_string().c_str()
-		                                           : "reloaded");
+	if (service::json_true(service::json_at(answer, {"ok"}))) {
+		std::printf("%s\n",
+		            service::json_string(service::json_at(answer, {"message"}), "reloaded").c_str());
 		return 0;
 	}
 	std::fprintf(stderr, "%s reload: %s\n", program,
-	             answer.get("error") ? answer.get("error")->as_string().c_str() : "refused");
+	             service::json_string(service::json_at(answer, {"error"}), "refused").c_str());
 	return 1;
 }
 
@@ -248,6 +255,8 @@ int check(const conf::Config& config) {
 	// Building the SA table also runs the key material through the crypto
 	// library, exactly as `run` would.
 	tunnel::SaTable table(service::peer_params(config));
+	for (const std::string& w : conf::weak_peer_warnings(config))
+		std::fprintf(stderr, "%s: warning: %s\n", config.source.c_str(), w.c_str());
 	std::printf("%s: OK (%zu peer%s, interface %s)\n", config.source.c_str(), config.peers.size(),
 	            config.peers.size() == 1 ? "" : "s", config.tunnel.interface.c_str());
 	return 0;
@@ -258,25 +267,14 @@ int check(const conf::Config& config) {
 int cli_main(conf::Role role, int argc, char** argv) {
 	const char* base = std::strrchr(argv[0], '/');
 	const char* program = base ? base + 1 : argv[0];
-	for (int i = 1; i < argc; i++) {
-		if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
-			usage(stdout, program, role);
-			return 0;
-		}
-		if (!std::strcmp(argv[i], "--version")) {
-			std::printf("%s %s\n", program, ESPTUN_VERSION);
-			return 0;
-		}
-	}
-	// Key generation needs no config and touches nothing: its own arguments.
-	if (argc >= 2 && (!std::strcmp(argv[1], "genkey") || !std::strcmp(argv[1], "genpsk") ||
-	                  !std::strcmp(argv[1], "genpair")))
-		return keygen_main(argv[1], std::vector<std::string>(argv + 2, argv + argc), program);
 	Args args;
-	if (!parse_args(argc, argv, role, args)) {
-		usage(stderr, program, role);
-		return 2;
-	}
+	const std::unique_ptr<CLI::App> app = make_command_line(role, program, args);
+	const std::vector<const char*> words = verb_first(argc, argv);
+	if (const int rc = parse_command_line(*app, int(words.size()), words.data()); rc >= 0) return rc;
+	const CLI::App& verb = *app->get_subcommands().front();
+	args.verb = verb.get_name();
+	// Key generation needs no config and touches nothing.
+	if (is_keygen_verb(args.verb)) return run_verb(verb, [&] { return keygen(args.verb, args.cipher); });
 	service::log::set_program(program);
 	if (args.verbose) service::log::set_level(service::log::Level::debug);
 	try {

@@ -81,14 +81,6 @@ void make_sa_keys(const crypto::CipherSpec& spec, SaKeys& out) {
 	}
 }
 
-/// cipher_names() - the suites' config names, for messages
-std::string cipher_names() {
-	std::string s;
-	for (const crypto::CipherSpec& c : crypto::all_ciphers())
-		s += (s.empty() ? "" : ", ") + std::string(c.name);
-	return s;
-}
-
 /// spi_text() - @spi as the loader reads it ("0x3001")
 std::string spi_text(uint32_t spi) {
 	char buf[16];
@@ -133,54 +125,42 @@ void genpair(const crypto::CipherSpec& spec) {
 
 std::span<const KeygenCommand> keygen_commands() {
 	static const KeygenCommand kCommands[] = {
-	    {"genkey --cipher C", "print a random key for suite C"},
-	    {"genpair --cipher C", "print both ends' keys of a static link"},
-	    {"genpsk", "print a random pre-shared key for IKE"},
+	    {"genkey", "print a random key for suite C (--cipher C)", true},
+	    {"genpair", "print both ends' keys of a static link (--cipher C)", true},
+	    {"genpsk", "print a random pre-shared key for IKE", false},
 	};
 	return kCommands;
 }
 
-int keygen_main(const std::string& verb, const std::vector<std::string>& args, const char* program) {
-	std::string cipher;
-	for (size_t i = 0; i < args.size(); i++) {
-		if ((args[i] == "--cipher" || args[i] == "-C") && i + 1 < args.size() && verb != "genpsk") {
-			cipher = args[++i];
-		} else {
-			std::fprintf(stderr, "%s %s: unexpected argument '%s'\n", program, verb.c_str(),
-			             args[i].c_str());
-			return 2;
-		}
-	}
-	try {
-		if (verb == "genpsk") {
-			SecretBytes psk(kPskBytes);
-			fill_random(psk.data(), psk.size());
-			std::printf("psk = \"%s\"\n", hex_text(psk).c_str());
-			return 0;
-		}
-		if (cipher.empty()) {
-			std::fprintf(stderr, "%s %s: which suite? pass --cipher C (one of %s)\n", program,
-			             verb.c_str(), cipher_names().c_str());
-			return 2;
-		}
-		const crypto::CipherSpec* spec = crypto::find_cipher(cipher);
-		if (!spec) {
-			std::fprintf(stderr, "%s %s: unknown cipher '%s' (known: %s)\n", program,
-			             verb.c_str(), cipher.c_str(), cipher_names().c_str());
-			return 2;
-		}
-		if (verb == "genpair") {
-			genpair(*spec);
-		} else {
-			SaKeys sa;
-			make_sa_keys(*spec, sa);
-			std::fputs(sa.lines.c_str(), stdout);
-		}
+bool is_keygen_verb(const std::string& verb) {
+	const auto all = keygen_commands();
+	return std::any_of(all.begin(), all.end(), [&](const KeygenCommand& k) { return verb == k.name; });
+}
+
+std::vector<std::string> cipher_names() {
+	std::vector<std::string> names;
+	for (const crypto::CipherSpec& c : crypto::all_ciphers())
+		names.emplace_back(c.name);
+	return names;
+}
+
+int keygen(const std::string& verb, const std::string& cipher) {
+	if (verb == "genpsk") {
+		SecretBytes psk(kPskBytes);
+		fill_random(psk.data(), psk.size());
+		std::printf("psk = \"%s\"\n", hex_text(psk).c_str());
 		return 0;
-	} catch (const std::exception& e) {
-		std::fprintf(stderr, "%s %s: %s\n", program, verb.c_str(), e.what());
-		return 1;
 	}
+	const crypto::CipherSpec* spec = crypto::find_cipher(cipher);
+	if (!spec) throw std::runtime_error("unknown cipher '" + cipher + "'");
+	if (verb == "genpair") {
+		genpair(*spec);
+	} else {
+		SaKeys sa;
+		make_sa_keys(*spec, sa);
+		std::fputs(sa.lines.c_str(), stdout);
+	}
+	return 0;
 }
 
 } // namespace esptun::cli

@@ -10,21 +10,28 @@
 namespace esptun::cli {
 
 /**
- * keygen_main() - runs one key generation command
- * @verb:    "genkey", "genpsk" or "genpair"
- * @args:    the arguments after the verb (e.g. "--cipher", "aes256-gcm")
- * @program: for messages
- * Writes the result to stdout, mistakes to stderr.
- * Return: the exit status (0, or 2 for a usage mistake, 1 for a failure).
+ * keygen() - runs one key generation command
+ * @verb:   "genkey", "genpsk" or "genpair"
+ * @cipher: the suite (genkey, genpair), one of cipher_names(); the command
+ *          line has checked it
+ * Writes the result to stdout. Return: 0; throws std::runtime_error when
+ * the kernel gives no randomness.
  */
-int keygen_main(const std::string& verb, const std::vector<std::string>& args, const char* program);
+int keygen(const std::string& verb, const std::string& cipher);
 
-/// One key generation command for the usage text.
+/// One key generation command for the command line.
 struct KeygenCommand {
-	const char* usage; ///< e.g. "genkey --cipher C"
+	const char* name; ///< e.g. "genkey"
 	const char* what;
+	bool takes_cipher; ///< --cipher C
 };
-/// keygen_commands() - the key generation commands, for the usage text
+/// keygen_commands() - the key generation commands
 std::span<const KeygenCommand> keygen_commands();
+
+/// is_keygen_verb() - @verb is one of keygen_commands()
+bool is_keygen_verb(const std::string& verb);
+
+/// cipher_names() - the suites' config names, for --cipher
+std::vector<std::string> cipher_names();
 
 } // namespace esptun::cli

@@ -20,7 +20,8 @@
 namespace esptun::cli {
 namespace {
 
-using service::JsonValue;
+using service::Json;
+using service::json_at;
 
 /// Colours, or nothing when colour is off.
 struct Paint {
@@ -36,30 +37,34 @@ struct Paint {
 };
 
 /// str() - the string at @path, or @fallback
-std::string str(const JsonValue& v, std::initializer_list<std::string_view> path,
-                std::string_view fallback = "") {
-	const JsonValue* x = v.at(path);
-	return x ? x->as_string(fallback) : std::string(fallback);
+std::string str(const Json& v, std::initializer_list<std::string_view> path, std::string_view fallback = "") {
+	return service::json_string(json_at(v, path), fallback);
 }
 
 /// num() - the number at @path, or @fallback
-double num(const JsonValue& v, std::initializer_list<std::string_view> path, double fallback = 0) {
-	const JsonValue* x = v.at(path);
-	return x && x->kind == JsonValue::Kind::number ? x->number : fallback;
+double num(const Json& v, std::initializer_list<std::string_view> path, double fallback = 0) {
+	return service::json_number(json_at(v, path), fallback);
 }
 
 /// u64() - the non-negative integer at @path, or 0
-uint64_t u64(const JsonValue& v, std::initializer_list<std::string_view> path) {
-	const JsonValue* x = v.at(path);
-	return x ? x->as_u64() : 0;
+uint64_t u64(const Json& v, std::initializer_list<std::string_view> path) {
+	return service::json_u64(json_at(v, path));
+}
+
+/// get() - member @key of object @v, or nullptr
+const Json* get(const Json& v, std::string_view key) { return json_at(v, {key}); }
+
+/// items() - the elements of @v when it is an array, else none
+const Json& items(const Json* v) {
+	static const Json kNone = Json::array();
+	return v && v->is_array() ? *v : kNone;
 }
 
 /// strings() - an array of strings joined with @sep
-std::string strings(const JsonValue* arr, const char* sep = ", ") {
+std::string strings(const Json* arr, const char* sep = ", ") {
 	std::string out;
-	if (!arr) return out;
-	for (const JsonValue& item : arr->items)
-		out += (out.empty() ? "" : sep) + item.as_string();
+	for (const Json& item : items(arr))
+		out += (out.empty() ? "" : sep) + service::json_string(&item);
 	return out;
 }
 
@@ -100,13 +105,14 @@ std::string duration_text(int64_t s) {
 	return out;
 }
 
-/// nonzero() - "name n, name n" for the non-zero members of object @obj
-std::string nonzero(const JsonValue* obj) {
+/// nonzero() - "name n, name n" for the non-zero members of object @obj,
+/// leaving out the keys in @skip
+std::string nonzero(const Json* obj, std::initializer_list<std::string_view> skip = {}) {
 	std::string out;
-	if (!obj) return out;
-	for (const service::JsonMember& m : obj->members)
-		if (m.value.kind == JsonValue::Kind::number && m.value.number != 0)
-			out += (out.empty() ? "" : ", ") + m.key + " " + m.value.text;
+	if (!obj || !obj->is_object()) return out;
+	for (const auto& [key, value] : obj->items())
+		if (value.is_number() && value != 0 && std::find(skip.begin(), skip.end(), key) == skip.end())
+			out += (out.empty() ? "" : ", ") + key + " " + value.dump();
 	return out;
 }
 
@@ -116,17 +122,14 @@ std::string line(const Paint& p, const char* label, const std::string& text) {
 }
 
 /// show_children() - the CHILD_SAs of one IKE SA, one line each
-std::string show_children(const JsonValue& sa, const Paint& p) {
+std::string show_children(const Json& sa, const Paint& p) {
 	std::string out;
-	const JsonValue* children = sa.get("children");
-	if (!children) return out;
-	for (const JsonValue& c : children->items) {
+	for (const Json& c : items(get(sa, "children"))) {
 		std::string t = str(c, {"spi_in"}) + "/" + str(c, {"spi_out"}) + " " + str(c, {"cipher"});
 		if (!str(c, {"pfs"}).empty()) t += " pfs " + str(c, {"pfs"});
-		t += ", " + strings(c.get("local_ts")) + " === " + strings(c.get("remote_ts"));
+		t += ", " + strings(get(c, "local_ts")) + " === " + strings(get(c, "remote_ts"));
 		t += ", up " + duration_text(int64_t(num(c, {"age_s"})));
-		if (const JsonValue* s = c.get("sending");
-		    s && s->kind == JsonValue::Kind::boolean && !s->boolean)
+		if (const Json* s = get(c, "sending"); s && s->is_boolean() && !s->get<bool>())
 			t += " (inbound only: rekeyed)";
 		out += "    " + p.label("child:") + " " + t + "\n";
 	}
@@ -134,21 +137,19 @@ std::string show_children(const JsonValue& sa, const Paint& p) {
 }
 
 /// show_ike_sa() - one IKE SA of a peer and its CHILD_SAs
-std::string show_ike_sa(const JsonValue& sa, const Paint& p) {
+std::string show_ike_sa(const Json& sa, const Paint& p) {
 	const std::string state = str(sa, {"state"});
 	std::string t = state == "established" ? p.good(state) : p.bad(state);
-	const JsonValue* init = sa.get("initiator");
-	t += init && init->boolean ? " (we initiated)" : " (peer initiated)";
+	t += service::json_true(get(sa, "initiator")) ? " (we initiated)" : " (peer initiated)";
 	t += ", " + str(sa, {"suite"}) + ", " + str(sa, {"remote"});
-	if (const JsonValue* nat = sa.get("behind_nat"); nat && nat->boolean) t += " behind NAT";
+	if (service::json_true(get(sa, "behind_nat"))) t += " behind NAT";
 	t += ", up " + duration_text(int64_t(num(sa, {"age_s"})));
 	if (num(sa, {"rekey_in_s"}, -1) >= 0)
 		t += ", rekey in " + duration_text(int64_t(num(sa, {"rekey_in_s"})));
 	std::string out = line(p, "ike sa", t);
-	if (const JsonValue* ips = sa.get("virtual_ips"); ips && !ips->items.empty())
-		out += line(p, "virtual ips", strings(ips));
-	if (const JsonValue* dns = sa.get("dns"); dns && !dns->items.empty())
-		out += line(p, "dns", strings(dns));
+	if (const Json& ips = items(get(sa, "virtual_ips")); !ips.empty())
+		out += line(p, "virtual ips", strings(&ips));
+	if (const Json& dns = items(get(sa, "dns")); !dns.empty()) out += line(p, "dns", strings(&dns));
 	if (!str(sa, {"peer_auth"}).empty()) out += line(p, "peer auth", str(sa, {"peer_auth"}));
 	if (!str(sa, {"peer_subject"}).empty())
 		out += line(p, "peer cert",
@@ -157,42 +158,39 @@ std::string show_ike_sa(const JsonValue& sa, const Paint& p) {
 }
 
 /// show_peer() - one entry of "peers", with the IKE SAs of that name
-std::string show_peer(const JsonValue& peer, const JsonValue& status, const Paint& p, int64_t now_ms) {
+std::string show_peer(const Json& peer, const Json& status, const Paint& p, int64_t now_ms) {
 	const std::string name = str(peer, {"name"});
 	std::string out = "\n" + p.peer("peer: " + name) + "\n";
-	const JsonValue* ep = peer.get("endpoint");
+	const Json* ep = get(peer, "endpoint");
 	out += line(p, "endpoint",
-	            ep && ep->kind == JsonValue::Kind::string
-	                ? ep->text + " (" + str(peer, {"endpoint_source"}) + ")"
+	            ep && ep->is_string()
+	                ? service::json_string(ep) + " (" + str(peer, {"endpoint_source"}) + ")"
 	                : std::string("none yet"));
 	std::string keying = str(peer, {"keying"}, "static");
 	const std::string cipher = str(peer, {"cipher"});
 	keying += cipher.empty() ? ", no SA yet" : ", " + cipher;
-	if (const JsonValue* esn = peer.get("esn");
-	    esn && esn->kind == JsonValue::Kind::boolean && esn->boolean)
-		keying += " with ESN";
+	if (service::json_true(get(peer, "esn"))) keying += " with ESN";
 	out += line(p, "keying", keying);
-	out += line(p, "allowed ips", strings(peer.get("allowed_ips")));
+	out += line(p, "allowed ips", strings(get(peer, "allowed_ips")));
 	const int64_t last = int64_t(num(peer, {"last_rx_unix_ms"}));
 	out += line(p, "latest packet",
 	            last > 0 ? duration_text((now_ms - last) / 1000) + " ago" : std::string("never"));
-	const JsonValue* totals = peer.get("totals");
+	const Json* totals = get(peer, "totals");
 	const uint64_t rx = totals ? u64(*totals, {"rx_bytes"}) : u64(peer, {"sa_in", "bytes"});
 	const uint64_t tx = totals ? u64(*totals, {"tx_bytes"}) : u64(peer, {"sa_out", "bytes"});
 	out += line(p, "transfer", bytes_text(rx) + " received, " + bytes_text(tx) + " sent");
-	if (const JsonValue* o = peer.get("sa_out"); o && o->kind == JsonValue::Kind::object) {
+	if (const Json* o = get(peer, "sa_out"); o && o->is_object()) {
 		std::string t =
 		    "out " + str(*o, {"spi_hex"}) + " (seq " + std::to_string(u64(*o, {"last_seq"})) + ")";
-		if (const JsonValue* i = peer.get("sa_in"); i && i->kind == JsonValue::Kind::object)
+		if (const Json* i = get(peer, "sa_in"); i && i->is_object())
 			t += ", in " + str(*i, {"spi_hex"}) + " (highest " +
 			     std::to_string(u64(*i, {"highest_seq"})) + ")";
 		out += line(p, "esp sas", t);
 	}
-	if (const std::string drops = nonzero(peer.get("drops")); !drops.empty())
+	if (const std::string drops = nonzero(get(peer, "drops")); !drops.empty())
 		out += line(p, "drops", p.bad(drops));
-	if (const JsonValue* sas = status.at({"ike", "sas"}))
-		for (const JsonValue& sa : sas->items)
-			if (str(sa, {"peer"}) == name) out += show_ike_sa(sa, p);
+	for (const Json& sa : items(json_at(status, {"ike", "sas"})))
+		if (str(sa, {"peer"}) == name) out += show_ike_sa(sa, p);
 	return out;
 }
 
@@ -216,23 +214,35 @@ struct Family {
 	std::vector<std::string> samples; ///< "{labels} value"
 };
 
+/// sample_value() - @value as a sample's text: whole numbers without a point
+std::string sample_value(double value) {
+	char buf[64];
+	if (value == std::floor(value) && std::fabs(value) < 9e15)
+		std::snprintf(buf, sizeof buf, "%.0f", value);
+	else
+		std::snprintf(buf, sizeof buf, "%.17g", value);
+	return buf;
+}
+
+/// sample_value() - the number @v as a sample's text (0 when not a number);
+/// an integer is printed from the integer itself, so a counter past 2^53 stays exact
+std::string sample_value(const Json* v) {
+	if (v && (v->is_number_unsigned() || v->is_number_integer())) return v->dump();
+	return sample_value(service::json_number(v));
+}
+
 /// Metrics - families in the order first added, so output is stable.
 class Metrics {
 public:
 	void add(const std::string& name, const char* type, const char* help, const std::string& labels,
-	         double value) {
+	         const std::string& value) {
 		auto [it, fresh] = families_.try_emplace(name);
 		if (fresh) {
 			order_.push_back(name);
 			it->second.help = help;
 			it->second.type = type;
 		}
-		char buf[64];
-		if (value == std::floor(value) && std::fabs(value) < 9e15)
-			std::snprintf(buf, sizeof buf, "%.0f", value);
-		else
-			std::snprintf(buf, sizeof buf, "%.17g", value);
-		it->second.samples.push_back("{" + labels + "} " + buf);
+		it->second.samples.push_back("{" + labels + "} " + value);
 	}
 	std::string text() const {
 		std::string out;
@@ -250,94 +260,88 @@ private:
 	std::vector<std::string> order_;
 };
 
+/// members() - the key/value pairs of @v when it is an object, else none
+const Json& members(const Json* v) {
+	static const Json kNone = Json::object();
+	return v && v->is_object() ? *v : kNone;
+}
+
 /// one_endpoint() - the metrics of one endpoint's status
-void one_endpoint(Metrics& m, const JsonValue& s) {
+void one_endpoint(Metrics& m, const Json& s) {
 	const std::string ifl = "interface=\"" + label_value(str(s, {"interface"})) + "\"";
-	m.add("esptun_up", "gauge", "1 while the endpoint answers on its control socket.", ifl, 1);
+	m.add("esptun_up", "gauge", "1 while the endpoint answers on its control socket.", ifl, "1");
 	m.add("esptun_uptime_seconds", "gauge", "Seconds since the endpoint started.", ifl,
-	      num(s, {"uptime_s"}));
-	if (const JsonValue* c = s.get("counters"))
-		for (const service::JsonMember& x : c->members)
-			m.add("esptun_packets_total", "counter",
-			      "Packets by path (tun_rx, tun_tx, udp_rx, udp_tx, udp_gro_buffers).",
-			      ifl + ",path=\"" + label_value(x.key.substr(0, x.key.rfind("_packets"))) + "\"",
-			      x.value.number);
-	if (const JsonValue* d = s.get("drops"))
-		for (const service::JsonMember& x : d->members)
-			m.add("esptun_drops_total", "counter",
-			      "Packets dropped, by reason (README: Status JSON).",
-			      ifl + ",reason=\"" + label_value(x.key) + "\"", x.value.number);
-	if (const JsonValue* d = s.get("ignored"))
-		for (const service::JsonMember& x : d->members)
-			m.add("esptun_ignored_total", "counter",
-			      "Datagrams on the ESP port that are not ESP (keepalives, IKE, dummy packets).",
-			      ifl + ",kind=\"" + label_value(x.key) + "\"", x.value.number);
-	if (const JsonValue* peers = s.get("peers"))
-		for (const JsonValue& p : peers->items) {
-			const std::string pl = ifl + ",peer=\"" + label_value(str(p, {"name"})) + "\"";
-			const JsonValue* t = p.get("totals");
-			const JsonValue& tot = t ? *t : p;
-			m.add("esptun_peer_rx_bytes_total", "counter", "Inner bytes received from the peer.",
-			      pl, num(tot, {"rx_bytes"}));
-			m.add("esptun_peer_tx_bytes_total", "counter", "Inner bytes sent to the peer.", pl,
-			      num(tot, {"tx_bytes"}));
-			m.add("esptun_peer_rx_packets_total", "counter", "Packets received from the peer.",
-			      pl, num(tot, {"rx_packets"}));
-			m.add("esptun_peer_tx_packets_total", "counter", "Packets sent to the peer.", pl,
-			      num(tot, {"tx_packets"}));
-			m.add("esptun_peer_last_rx_timestamp_seconds", "gauge",
-			      "Unix time of the peer's last authenticated packet; 0 = never.", pl,
-			      num(p, {"last_rx_unix_ms"}) / 1000);
-			if (const JsonValue* d = p.get("drops"))
-				for (const service::JsonMember& x : d->members)
-					m.add("esptun_peer_drops_total", "counter",
-					      "The peer's packets dropped, by reason (README: Status JSON).",
-					      pl + ",reason=\"" + label_value(x.key) + "\"", x.value.number);
-		}
-	if (const JsonValue* c = s.at({"ike", "counters"}))
-		for (const service::JsonMember& x : c->members)
-			m.add("esptun_ike_events_total", "counter",
-			      "IKE messages and events, by kind (README: Status JSON, ike.counters).",
-			      ifl + ",event=\"" + label_value(x.key) + "\"", x.value.number);
-	if (const JsonValue* sas = s.at({"ike", "sas"})) {
+	      sample_value(num(s, {"uptime_s"})));
+	for (const auto& [key, value] : members(get(s, "counters")).items())
+		m.add("esptun_packets_total", "counter",
+		      "Packets by path (tun_rx, tun_tx, udp_rx, udp_tx, udp_gro_buffers).",
+		      ifl + ",path=\"" + label_value(key.substr(0, key.rfind("_packets"))) + "\"",
+		      sample_value(&value));
+	for (const auto& [key, value] : members(get(s, "drops")).items())
+		m.add("esptun_drops_total", "counter", "Packets dropped, by reason (README: Status JSON).",
+		      ifl + ",reason=\"" + label_value(key) + "\"", sample_value(&value));
+	for (const auto& [key, value] : members(get(s, "ignored")).items())
+		m.add("esptun_ignored_total", "counter",
+		      "Datagrams on the ESP port that are not ESP (keepalives, IKE, dummy packets).",
+		      ifl + ",kind=\"" + label_value(key) + "\"", sample_value(&value));
+	for (const Json& p : items(get(s, "peers"))) {
+		const std::string pl = ifl + ",peer=\"" + label_value(str(p, {"name"})) + "\"";
+		const Json* t = get(p, "totals");
+		const Json& tot = t ? *t : p;
+		m.add("esptun_peer_rx_bytes_total", "counter", "Inner bytes received from the peer.", pl,
+		      sample_value(get(tot, "rx_bytes")));
+		m.add("esptun_peer_tx_bytes_total", "counter", "Inner bytes sent to the peer.", pl,
+		      sample_value(get(tot, "tx_bytes")));
+		m.add("esptun_peer_rx_packets_total", "counter", "Packets received from the peer.", pl,
+		      sample_value(get(tot, "rx_packets")));
+		m.add("esptun_peer_tx_packets_total", "counter", "Packets sent to the peer.", pl,
+		      sample_value(get(tot, "tx_packets")));
+		m.add("esptun_peer_last_rx_timestamp_seconds", "gauge",
+		      "Unix time of the peer's last authenticated packet; 0 = never.", pl,
+		      sample_value(num(p, {"last_rx_unix_ms"}) / 1000));
+		for (const auto& [key, value] : members(get(p, "drops")).items())
+			m.add("esptun_peer_drops_total", "counter",
+			      "The peer's packets dropped, by reason (README: Status JSON).",
+			      pl + ",reason=\"" + label_value(key) + "\"", sample_value(&value));
+	}
+	for (const auto& [key, value] : members(json_at(s, {"ike", "counters"})).items())
+		m.add("esptun_ike_events_total", "counter",
+		      "IKE messages and events, by kind (README: Status JSON, ike.counters).",
+		      ifl + ",event=\"" + label_value(key) + "\"", sample_value(&value));
+	if (const Json* sas = json_at(s, {"ike", "sas"})) {
 		std::map<std::string, uint64_t> states;
-		for (const JsonValue& sa : sas->items)
+		for (const Json& sa : items(sas))
 			states[str(sa, {"state"})]++;
 		for (const auto& [state, n] : states)
 			m.add("esptun_ike_sas", "gauge", "IKE SAs by state.",
-			      ifl + ",state=\"" + label_value(state) + "\"", double(n));
+			      ifl + ",state=\"" + label_value(state) + "\"", std::to_string(n));
 	}
 }
 
 } // namespace
 
-std::string render_show(const JsonValue& s, bool colour, int64_t now_unix_ms) {
+std::string render_show(const Json& s, bool colour, int64_t now_unix_ms) {
 	const Paint p{colour};
 	std::string out = p.head("interface: " + str(s, {"interface"})) + "\n";
 	out +=
 	    line(p, "program", str(s, {"program"}) + ", up " + duration_text(int64_t(num(s, {"uptime_s"}))));
 	std::string listen = str(s, {"listen"});
-	if (const JsonValue* port = s.at({"ike", "port"}); port && port->number != 0)
-		listen += ", IKE also on port " + port->text;
+	if (const uint64_t port = u64(s, {"ike", "port"}); port != 0)
+		listen += ", IKE also on port " + std::to_string(port);
 	out += line(p, "listening", listen);
 	out += line(p, "tun",
 	            str(s, {"tun_io", "mode"}) + " I/O, mtu " + std::to_string(u64(s, {"mtu"})) + ", " +
 	                std::to_string(u64(s, {"workers"})) + " worker(s)");
-	const std::string drops = nonzero(s.get("drops"));
+	const std::string drops = nonzero(get(s, "drops"));
 	out += line(p, "drops", drops.empty() ? std::string("none") : p.bad(drops));
-	if (const JsonValue* c = s.at({"ike", "counters"})) {
+	if (const Json* c = json_at(s, {"ike", "counters"})) {
 		std::string ike = std::to_string(u64(*c, {"received"})) + " messages received, " +
 		                  std::to_string(u64(*c, {"sent"})) + " sent";
-		JsonValue rest = *c;
-		std::erase_if(rest.members, [](const service::JsonMember& m) {
-			return m.key == "received" || m.key == "sent";
-		});
-		if (const std::string r = nonzero(&rest); !r.empty()) ike += "; " + r;
+		if (const std::string r = nonzero(c, {"received", "sent"}); !r.empty()) ike += "; " + r;
 		out += line(p, "ike", ike);
 	}
-	if (const JsonValue* peers = s.get("peers"))
-		for (const JsonValue& peer : peers->items)
-			out += show_peer(peer, s, p, now_unix_ms);
+	for (const Json& peer : items(get(s, "peers")))
+		out += show_peer(peer, s, p, now_unix_ms);
 	return out;
 }
 

@@ -4,7 +4,7 @@
 // control sockets are.
 #pragma once
 
-#include "service/json_reader.hpp"
+#include "service/json_io.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -16,7 +16,7 @@ namespace esptun::cli {
 /// One endpoint's status as read from its control socket.
 struct EndpointStatus {
 	std::string socket;
-	service::JsonValue json;
+	service::Json json;
 };
 
 /**
@@ -26,7 +26,7 @@ struct EndpointStatus {
  * @colour:      ANSI colour (the caller decides: a TTY and no NO_COLOR)
  * @now_unix_ms: the wall clock, for "3 seconds ago"
  */
-std::string render_show(const service::JsonValue& status, bool colour, int64_t now_unix_ms);
+std::string render_show(const service::Json& status, bool colour, int64_t now_unix_ms);
 
 /**
  * render_prometheus() - the counters of every endpoint in the Prometheus

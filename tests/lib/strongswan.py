@@ -111,6 +111,9 @@ class Config:
     esp_log_level: int = 1  # 2 logs every ESP packet (and drops for unknown SPIs)
     cfg_log_level: int = 2  # 2: proposal and traffic selector choices (and a config dump)
     log_ms: bool = False  # log times as HH:MM:SS.mmm (filelog time_add_ms) instead of HH:MM:SS
+    # charon.fragment_size: the IP datagram size of the IKE fragments (RFC
+    # 7383) charon sends. None: strongSwan's default (1280).
+    fragment_size: int = None
     # Virtual IP pools handed out by this charon (a road-warrior gateway):
     # {name: {"addrs": "10.66.0.0/24", "dns": "10.66.0.53", ...}}, values a
     # string or a list (any swanctl.conf pools.<name>.<attr>: dns, nbns,
@@ -146,7 +149,7 @@ def strongswan_conf(cfg, vici_socket):
   retransmit_timeout = {cfg.retransmit_timeout}
   retransmit_base = {cfg.retransmit_base}
   retransmit_tries = {cfg.retransmit_tries}
-  plugins {{
+{f"  fragment_size = {cfg.fragment_size}{chr(10)}" if cfg.fragment_size else ""}  plugins {{
     vici {{
       socket = unix://{vici_socket}
     }}

@@ -1,5 +1,8 @@
 #!/usr/bin/python3
 # test_cli.py - the operator's commands.
+# The command line (one CLI11 parser for every program): an unknown option or
+# command, a missing value, a number out of range, -c with -i all exit 2 with
+# a message naming the offender; --version and --help (one line per verb).
 # Keys: `genkey --cipher C` prints keys of C's lengths in "0x" hex, fresh each
 # time; `genpsk` a 32-byte PSK; `genpair --cipher C` two mirrored blocks that,
 # each pasted verbatim into one end's [[peer]], bring a static tunnel up
@@ -98,10 +101,66 @@ def check_genkey(rep, build):
             rep.check(keys[0]["enc_key"] != keys[1]["enc_key"] and
                       keys[0]["auth_key"] != keys[1]["auth_key"], f"{name}: two runs, two keys")
     rc, out, err = tool(build, "genkey", "--cipher", "aes-999")
-    rep.check(rc == 2 and "unknown cipher" in err and "aes128-gcm" in err,
+    rep.check(rc == 2 and "--cipher" in err and "aes-999" in err and "aes128-gcm" in err,
               "an unknown suite: exit 2, the known ones listed", err)
     rc, out, err = tool(build, "genkey")
     rep.check(rc == 2 and "--cipher" in err, "no suite: exit 2, asks for --cipher", err)
+
+
+def bench(build, *args):
+    """bench() - run esptun-bench with args; (exit code, stdout, stderr)."""
+    p = subprocess.run([os.path.join(build, "esptun-bench"), *args], capture_output=True,
+                       text=True, timeout=10)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check_command_line(rep, build):
+    rep.section("the command line (apps/cli/options.hpp): mistakes exit 2 naming what is wrong")
+    mistakes = [
+        (tool, ("status", "--bogus"), ["esptun-gateway status:", "--bogus"], "an unknown option"),
+        (tool, ("check", "-c"), ["esptun-gateway check:", "--config"], "-c without its value"),
+        (tool, ("run",), ["--config is required"], "run without -c"),
+        (tool, ("status", "-c", "x.toml", "-i", "eth0"), ["--config excludes --interface"],
+         "-c with -i"),
+        (tool, ("status", "-i", "../etc"), ["not a path"], "-i with a path"),
+        (tool, ("status", "--format", "xml"), ["--format", "xml", "prometheus"],
+         "--format outside its set"),
+        (tool, ("cleanup", "-c", "x.toml"), ["unknown command 'cleanup'", "reload"],
+         "cleanup on the gateway"),
+        (tool, (), ["which command?", "run"], "no command"),
+        (bench, ("crypto", "--rounds", "0"), ["esptun-bench crypto:", "--rounds", "1 to 1000"],
+         "bench: a number out of range"),
+        (bench, ("crypto", "--sizes", "64,x"), ["--sizes", "'x'"], "bench: a list item that is no number"),
+        (bench, ("compare", "--duration"), ["--duration"], "bench: an option without its value"),
+        (bench, ("vhost-counts", "row", "--phase", "p", "one"), ["BEFORE AFTER"],
+         "bench: one file where two are wanted"),
+        (bench, ("nope",), ["unknown command 'nope'", "udp-engines"], "bench: an unknown command"),
+    ]
+    for run, args, want, what in mistakes:
+        rc, out, err = run(build, *args)
+        rep.check(rc == 2 and out == "" and all(w in err for w in want), f"{what}: exit 2",
+                  f"exit {rc}: {err}")
+    rc, out, err = tool(build, "-c", "/nonexistent.toml", "check")
+    rep.check(rc == 1 and "/nonexistent.toml" in err, "options before the verb still count", err)
+    for run, name in ((tool, "esptun-gateway"), (bench, "esptun-bench")):
+        rc, out, err = run(build, "--version")
+        rep.check(rc == 0 and re.fullmatch(rf"{name} \d+\.\d+\.\d+\n", out), f"{name} --version", out + err)
+    rc, out, err = tool(build, "--help")
+    verbs = re.findall(r"^  ([a-z]+) +\S", out, re.M)
+    rep.equal(verbs, ["run", "check", "status", "show", "reload", "genkey", "genpair", "genpsk"],
+              "gateway --help: one line per verb")
+    rc, out, err = tool(build, "status", "--help")
+    rep.check(rc == 0 and all(o in out for o in ("--interface", "--socket", "--format", "prometheus")),
+              "status --help lists its options", out)
+    rc, out, err = bench(build, "--help")
+    rep.equal(re.findall(r"^  ([a-z][a-z-]*) +\S", out, re.M),
+              ["demo", "vhost-counts", "crypto", "compare", "udp-engines", "help"],
+              "bench --help: one line per command")
+    for cmd in (["demo"], ["crypto"], ["compare"], ["udp-engines"], ["vhost-counts"],
+                ["vhost-counts", "snapshot"], ["vhost-counts", "row"], ["vhost-counts", "table"]):
+        rc, out, err = bench(build, *cmd, "--help")
+        rep.check(rc == 0 and f"esptun-bench {' '.join(cmd)}" in out, f"bench {' '.join(cmd)} --help",
+                  out + err)
 
 
 def check_genpsk(rep, build):
@@ -201,7 +260,7 @@ def check_status_sockets(rep, build, tmp):
     rc, out, err = tool(build, "status", "-i", "../etc")
     rep.check(rc == 2 and "not a path" in err, "-i with a path: exit 2", err)
     rc, out, err = tool(build, "status", "-i", b_if, "-s", "/x")
-    rep.check(rc == 2 and "one of" in err, "-i and -s together: exit 2", err)
+    rep.check(rc == 2 and "--interface excludes --socket" in err, "-i and -s together: exit 2", err)
 
 
 def check_show(rep, build, tmp):
@@ -284,7 +343,7 @@ def check_prometheus(rep, build, tmp):
     rep.equal(sample("esptun_packets_total", path="udp_rx"),
               float(status["counters"]["udp_rx_packets"]), "packets by path")
     rc, _, err = tool(build, "show", "--format", "prometheus")
-    rep.check(rc == 2 and "--format is for status" in err, "show --format: exit 2", err)
+    rep.check(rc == 2 and "--format" in err and "not expected" in err, "show --format: exit 2", err)
 
 
 def check_sighup(rep, build, tmp, gw):
@@ -360,6 +419,7 @@ def check_peer_drops(rep, build, tmp, gw_a, gw_b):
 
 
 def body(rep, build):
+    check_command_line(rep, build)
     check_genkey(rep, build)
     check_genpsk(rep, build)
     tmp, gw_a, gw_b = check_genpair(rep, build)

@@ -28,6 +28,8 @@ struct RawPeer {
 	uint8_t spi_tag = 0x42; ///< the low byte of our initiator SPI (tells peers apart)
 	IkeSuite suite = default_ike_proposals().front();
 	std::string psk;
+	bool fragmentation = false;      ///< init() announces IKEV2_FRAGMENTATION_SUPPORTED (RFC 7383)
+	bool peer_fragmentation = false; ///< init(): the answer announced it
 	Identity id, peer_id;
 	uint64_t spi_i = 0, spi_r = 0;
 	uint32_t next_id = 0;
@@ -65,11 +67,16 @@ struct RawPeer {
 		h.exchange = Exchange::ike_sa_init;
 		h.flags = kFlagInitiator;
 		const std::vector<IkeSuite> one{suite};
-		const std::vector<Payload> p{
+		std::vector<Payload> p{
 		    ike_offer(one),
 		    KePayload{uint16_t(suite.dh),
 		              std::vector<uint8_t>(dh.public_value().begin(), dh.public_value().end())},
 		    NoncePayload{ni}};
+		if (fragmentation) {
+			NotifyPayload n;
+			n.type = notify::ikev2_fragmentation_supported;
+			p.push_back(n);
+		}
 		init_request = build_message(h, p);
 		const std::vector<uint8_t> answer = exchange(init_request);
 		Message m;
@@ -81,6 +88,7 @@ struct RawPeer {
 		if (!g_ir) return false;
 		spi_r = m.header.spi_r;
 		nr = n->data;
+		peer_fragmentation = m.find_notify(notify::ikev2_fragmentation_supported) != nullptr;
 		keys = derive_ike_keys(suite, ni, nr, *g_ir, spi_i, spi_r);
 		sk_out = std::make_unique<SkCipher>(suite, keys.sk_ei, keys.sk_ai);
 		sk_in = std::make_unique<SkCipher>(suite, keys.sk_er, keys.sk_ar);
@@ -133,17 +141,22 @@ struct RawPeer {
 		return out;
 	}
 
-	/// auth() - IKE_AUTH proving the PSK, with a CHILD_SA for @tsi / @tsr.
-	std::vector<Payload> auth(std::vector<TrafficSelector> tsi, std::vector<TrafficSelector> tsr,
-	                          uint32_t child_spi, bool* got = nullptr) {
+	/// auth_payloads() - what auth() sends inside SK (for tests that seal it their own way).
+	std::vector<Payload> auth_payloads(std::vector<TrafficSelector> tsi, std::vector<TrafficSelector> tsr,
+	                                   uint32_t child_spi) const {
 		IdPayload idi{true, id.type, id.data};
 		const std::vector<uint8_t> secret(psk.begin(), psk.end());
 		AuthPayload a{AuthMethod::psk,
 		              psk_auth(suite.prf, secret, init_request, nr, keys.sk_pi, idi.body())};
 		const std::vector<EspSuite> esp = default_esp_proposals();
-		const std::vector<Payload> p{idi, a, esp_offer(esp, child_spi, ChildExchange::ike_auth),
-		                             TsPayload{true, std::move(tsi)},
-		                             TsPayload{false, std::move(tsr)}};
+		return {idi, a, esp_offer(esp, child_spi, ChildExchange::ike_auth),
+		        TsPayload{true, std::move(tsi)}, TsPayload{false, std::move(tsr)}};
+	}
+
+	/// auth() - IKE_AUTH proving the PSK, with a CHILD_SA for @tsi / @tsr.
+	std::vector<Payload> auth(std::vector<TrafficSelector> tsi, std::vector<TrafficSelector> tsr,
+	                          uint32_t child_spi, bool* got = nullptr) {
+		const std::vector<Payload> p = auth_payloads(std::move(tsi), std::move(tsr), child_spi);
 		return request(Exchange::ike_auth, p, got);
 	}
 

@@ -16,7 +16,6 @@
 #include "apps/bench/compare/measure.hpp"
 #include "apps/bench/compare/report.hpp"
 #include "apps/bench/compare/subjects.hpp"
-#include "apps/bench/lab/cli.hpp"
 #include "apps/bench/lab/command.hpp"
 #include "apps/bench/lab/process.hpp"
 #include "apps/bench/lab/temp_dir.hpp"
@@ -37,32 +36,12 @@
 namespace esptun::bench::compare {
 
 using namespace lab;
-
-const char* const kCompareUsage =
-    "  compare [--quick] [--duration S] [--peers a,b,...] [--out-dir DIR]\n"
-    "          [--json FILE] [--csv FILE] [--svg FILE] [--gateway PATH]\n"
-    "          [--wireguard-go PATH]...\n"
-    "                        plain veth, esptun, wireguard-go, OpenVPN (GCM, CBC), strongSwan\n"
-    "                        and the kernel's WireGuard and XFRM ESP (where it has them)\n"
-    "                        between two namespaces, interleaved: iperf3 TCP 1/4 streams, UDP\n"
-    "                        1400 B, ping and UDP request/response p50/p99, tunnel CPU s/GB;\n"
-    "                        writes compare.{json,csv,svg} to DIR (default .). Peers: veth,\n"
-    "                        esptun, esptun-direct, esptun-vhost, wireguard-go, openvpn,\n"
-    "                        openvpn-gcm, openvpn-cbc, strongswan, kernel, kernel-wireguard,\n"
-    "                        kernel-esp (default all), and, only when named,\n"
-    "                        esptun-direct-busypoll (busy_poll_us = 50) and\n"
-    "                        esptun-direct-nowakepoll (wake_poll_us = 0). --wireguard-go:\n"
-    "                        the wireguard-go program (default: the one in PATH); given\n"
-    "                        more than once (up to 4), one row per build, named after its\n"
-    "                        version. --quick: 2 s tests, 50 pings (default 10 s, 200 pings).\n"
-    "                        Needs root.\n";
+using cli::UsageError;
 
 namespace {
 
 constexpr uint16_t kRrPort = 7007;
 constexpr size_t kMaxWireguardGo = 4;
-
-struct HelpRequested {};
 
 struct CompareOptions {
 	bool quick = false;
@@ -72,55 +51,6 @@ struct CompareOptions {
 	std::vector<std::string> wireguard_go; ///< --wireguard-go, in order; empty: PATH's
 	std::string command;
 };
-
-CompareOptions parse_options(const std::vector<std::string>& args) {
-	CompareOptions o;
-	o.command = "esptun-bench compare";
-	for (const auto& a : args)
-		o.command += " " + a;
-	for (size_t i = 0; i < args.size(); i++) {
-		const std::string& a = args[i];
-		auto value = [&]() -> const std::string& {
-			if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-			return args[++i];
-		};
-		if (a == "--quick") {
-			o.quick = true;
-		} else if (a == "--duration") {
-			const std::string& v = value();
-			char* end = nullptr;
-			unsigned long n = std::strtoul(v.c_str(), &end, 10);
-			if (v.empty() || *end || n < 1 || n > 600)
-				throw UsageError("--duration wants seconds from 1 to 600");
-			o.duration = static_cast<unsigned>(n);
-		} else if (a == "--json") {
-			o.json = value();
-		} else if (a == "--csv") {
-			o.csv = value();
-		} else if (a == "--svg") {
-			o.svg = value();
-		} else if (a == "--out-dir") {
-			o.out_dir = value();
-		} else if (a == "--gateway") {
-			o.gateway = value();
-		} else if (a == "--wireguard-go") {
-			if (o.wireguard_go.size() == kMaxWireguardGo)
-				throw UsageError("--wireguard-go at most " + std::to_string(kMaxWireguardGo) +
-				                 " times");
-			o.wireguard_go.push_back(value());
-		} else if (a == "--peers") {
-			std::istringstream in(value());
-			for (std::string p; std::getline(in, p, ',');)
-				if (!p.empty()) o.peers.push_back(p);
-		} else if (a == "-h" || a == "--help") {
-			throw HelpRequested{};
-		} else {
-			throw UsageError("unknown option " + a);
-		}
-	}
-	if (o.duration == 0) o.duration = o.quick ? 2 : 10;
-	return o;
-}
 
 /// self_dir() - the folder of /proc/self/exe (esptun-gateway is built beside it)
 std::string self_dir() {
@@ -417,19 +347,12 @@ int run(const CompareOptions& opt) {
 	return ok ? 0 : 1;
 }
 
-} // namespace
-
-int run_compare(const std::vector<std::string>& args) {
-	CompareOptions opt;
-	try {
-		opt = parse_options(args);
-	} catch (const UsageError& e) {
-		std::fprintf(stderr, "esptun-bench compare: %s\nusage:\n%s", e.what(), kCompareUsage);
-		return 2;
-	} catch (const HelpRequested&) {
-		std::printf("usage: esptun-bench\n%s", kCompareUsage);
-		return 0;
-	}
+/// run_compare() - the compare command with @opt; the exit status
+int run_compare(const CLI::App& verb, CompareOptions& opt) {
+	if (opt.wireguard_go.size() > kMaxWireguardGo)
+		return cli::report_usage_error(verb, "--wireguard-go at most " +
+		                                         std::to_string(kMaxWireguardGo) + " times");
+	if (opt.duration == 0) opt.duration = opt.quick ? 2 : 10;
 	if (geteuid() != 0) {
 		std::fprintf(stderr,
 		             "esptun-bench compare: needs root (network namespaces, tun devices); run: sudo "
@@ -440,8 +363,7 @@ int run_compare(const std::vector<std::string>& args) {
 	try {
 		return run(opt);
 	} catch (const UsageError& e) {
-		std::fprintf(stderr, "esptun-bench compare: %s\nusage:\n%s", e.what(), kCompareUsage);
-		return 2;
+		return cli::report_usage_error(verb, e.what());
 	} catch (const Interrupted&) {
 		std::fprintf(stderr,
 		             "\nesptun-bench compare: interrupted; tunnels stopped, namespaces and temp "
@@ -454,6 +376,45 @@ int run_compare(const std::vector<std::string>& args) {
 		    e.what());
 		return 1;
 	}
+}
+
+} // namespace
+
+cli::Verb add_compare(CLI::App& bench, const std::string& command_line) {
+	auto opt = std::make_shared<CompareOptions>();
+	opt->command = command_line;
+	CLI::App* verb = cli::add_verb(
+	    bench, "compare", "esptun next to wireguard-go, OpenVPN, strongSwan, kernel tunnels (root)",
+	    "Plain veth, esptun, wireguard-go, OpenVPN (GCM, CBC), strongSwan and the\n"
+	    "kernel's WireGuard and XFRM ESP (where it has them) between two namespaces,\n"
+	    "interleaved: iperf3 TCP 1/4 streams, UDP 1400 B, ping and UDP request/response\n"
+	    "p50/p99, tunnel CPU s/GB; writes compare.{json,csv,svg} to DIR (default .).\n"
+	    "Peers: veth, esptun, esptun-direct, esptun-vhost, wireguard-go, openvpn,\n"
+	    "openvpn-gcm, openvpn-cbc, strongswan, kernel, kernel-wireguard, kernel-esp\n"
+	    "(default all), and, only when named, esptun-direct-busypoll (busy_poll_us = 50)\n"
+	    "and esptun-direct-nowakepoll (wake_poll_us = 0). --wireguard-go: the\n"
+	    "wireguard-go program (default: the one in PATH); given more than once (up to\n"
+	    "4), one row per build, named after its version. --quick: 2 s tests, 50 pings\n"
+	    "(default 10 s, 200 pings). Needs root.");
+	verb->add_flag("--quick", opt->quick, "2 s tests, 50 pings");
+	verb->add_option("--duration", opt->duration, "seconds per iperf3 test (default 10, 2 with --quick)")
+	    ->type_name("S")
+	    ->check(cli::between(1, 600))
+	    ->default_str("");
+	verb->add_option("--peers", opt->peers, "the subjects (default: all)")
+	    ->type_name("a,b,...")
+	    ->delimiter(',')
+	    ->default_str("");
+	verb->add_option("--out-dir", opt->out_dir, "where compare.{json,csv,svg} go")->type_name("DIR");
+	verb->add_option("--json", opt->json, "the JSON file (default DIR/compare.json)")->type_name("FILE");
+	verb->add_option("--csv", opt->csv, "the CSV file (default DIR/compare.csv)")->type_name("FILE");
+	verb->add_option("--svg", opt->svg, "the SVG file (default DIR/compare.svg)")->type_name("FILE");
+	verb->add_option("--gateway", opt->gateway, "the esptun-gateway program")->type_name("PATH");
+	verb->add_option("--wireguard-go", opt->wireguard_go, "a wireguard-go program; up to 4 times")
+	    ->type_name("PATH")
+	    ->allow_extra_args(false)
+	    ->default_str("");
+	return {verb, [verb, opt] { return run_compare(*verb, *opt); }};
 }
 
 } // namespace esptun::bench::compare

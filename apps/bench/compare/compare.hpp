@@ -4,20 +4,19 @@
 // run. Needs root; leaves nothing behind.
 #pragma once
 
+#include "apps/cli/options.hpp"
+
 #include <string>
-#include <vector>
 
 namespace esptun::bench::compare {
 
-/// Usage lines of the compare command (for the top-level usage text).
-extern const char* const kCompareUsage;
-
 /**
- * run_compare() - the compare command
- * @args: the arguments after "compare"
- * Return: 0 when every subject that could run was measured, 1 when a subject
- * failed to start or a test failed, 2 for a usage error, 130 when interrupted.
+ * add_compare() - the compare command on @bench (esptun-bench's app) and
+ * what runs it: exit status 0 when every subject that could run was
+ * measured, 1 when a subject failed to start or a test failed, 2 for a usage
+ * error, 130 when interrupted
+ * @command_line: the whole command line, recorded in the report
  */
-int run_compare(const std::vector<std::string>& args);
+cli::Verb add_compare(CLI::App& bench, const std::string& command_line);
 
 } // namespace esptun::bench::compare

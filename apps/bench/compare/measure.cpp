@@ -4,7 +4,7 @@
 #include "apps/bench/lab/command.hpp"
 #include "base/error.hpp"
 #include "platform/unique_fd.hpp"
-#include "service/json_reader.hpp"
+#include "service/json_io.hpp"
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -22,7 +22,7 @@
 namespace esptun::bench::compare {
 
 using namespace lab;
-using service::JsonValue;
+using service::Json;
 using service::parse_json;
 namespace {
 
@@ -50,9 +50,8 @@ bool listening(pid_t pid, uint16_t port) {
 }
 
 /// number_at() - the number at @path in @doc, or NaN
-double number_at(const JsonValue& doc, std::initializer_list<std::string_view> path) {
-	const JsonValue* v = doc.at(path);
-	return v && v->kind == JsonValue::Kind::number ? v->number : std::nan("");
+double number_at(const Json& doc, std::initializer_list<std::string_view> path) {
+	return service::json_number(service::json_at(doc, path), std::nan(""));
 }
 
 } // namespace
@@ -100,20 +99,21 @@ IperfResult run_iperf(const std::string& server_ns, const std::string& client_ns
 	if (test == IperfTest::udp1400) argv.insert(argv.end(), {"-u", "-b", "0", "-l", "1400"});
 	// iperf3 3.12's client can spin forever when the path dies mid-test.
 	CmdResult r = capture(client_ns, argv, Millis(seconds * 1000 + 20000), scratch);
-	JsonValue doc;
+	Json doc;
 	try {
 		doc = parse_json(r.out);
 	} catch (const std::exception& e) {
 		throw std::runtime_error("iperf3 (" + describe_status(r.status) +
 		                         ") printed no JSON: " + r.err.substr(0, 300));
 	}
-	if (const JsonValue* err = doc.get("error")) throw std::runtime_error("iperf3: " + err->as_string());
+	if (const Json* err = service::json_at(doc, {"error"}))
+		throw std::runtime_error("iperf3: " + service::json_string(err));
 	if (!r.ok()) throw std::runtime_error("iperf3 failed (" + describe_status(r.status) + ")");
 	IperfResult res;
 	double bps = number_at(doc, {"end", "sum_received", "bits_per_second"});
 	if (std::isnan(bps)) throw std::runtime_error("iperf3 JSON has no end.sum_received");
 	res.gbps = bps / 1e9;
-	res.bytes = doc.at({"end", "sum_received", "bytes"})->as_u64();
+	res.bytes = service::json_u64(service::json_at(doc, {"end", "sum_received", "bytes"}));
 	if (test == IperfTest::udp1400) {
 		double loss = number_at(doc, {"end", "sum_received", "lost_percent"});
 		if (std::isnan(loss)) loss = number_at(doc, {"end", "sum", "lost_percent"});

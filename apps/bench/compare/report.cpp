@@ -1,9 +1,12 @@
 // Renderings of a comparison run: table, JSON, CSV, SVG.
 #include "apps/bench/compare/report.hpp"
 
+#include "service/json_io.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 namespace esptun::bench::compare {
@@ -23,28 +26,13 @@ std::string pair(const std::optional<double>& a, const std::optional<double>& b,
 	return fmt(a, prec) + "/" + fmt(b, prec);
 }
 
-std::string json_string(const std::string& s) {
-	std::string out = "\"";
-	for (char c : s) {
-		if (c == '"' || c == '\\') {
-			out += '\\';
-			out += c;
-		} else if (static_cast<unsigned char>(c) < 0x20) {
-			char buf[8];
-			std::snprintf(buf, sizeof buf, "\\u%04x", c);
-			out += buf;
-		} else {
-			out += c;
-		}
-	}
-	return out + "\"";
-}
-
-std::string json_number(const std::optional<double>& v) {
-	if (!v || !std::isfinite(*v)) return "null";
+/// json_figure() - @v to six significant digits (as the table's precision
+/// allows), or null when absent or not finite
+service::Json json_figure(const std::optional<double>& v) {
+	if (!v || !std::isfinite(*v)) return nullptr;
 	char buf[32];
 	std::snprintf(buf, sizeof buf, "%.6g", *v);
-	return buf;
+	return std::strtod(buf, nullptr);
 }
 
 std::string csv_field(const std::string& s) {
@@ -175,48 +163,45 @@ std::string table_text(const Report& r) {
 }
 
 std::string json_text(const Report& r) {
-	std::ostringstream j;
-	j << "{\n  \"tool\": \"esptun-bench compare\",\n"
-	  << "  \"started\": " << json_string(r.started) << ",\n"
-	  << "  \"command\": " << json_string(r.command) << ",\n"
-	  << "  \"host\": " << json_string(r.host) << ",\n"
-	  << "  \"quick\": " << (r.quick ? "true" : "false") << ",\n"
-	  << "  \"duration_s\": " << r.duration_s << ",\n"
-	  << "  \"pings\": " << r.pings << ",\n"
-	  << "  \"udp_rr_requests\": " << r.rr_requests << ",\n"
-	  << "  \"measure_s\": " << json_number(r.measure_s) << ",\n"
-	  << "  \"subjects\": [";
-	for (size_t i = 0; i < r.rows.size(); i++) {
-		const Row& row = r.rows[i];
-		j << (i ? "," : "") << "\n    {\"name\": " << json_string(row.name)
-		  << ", \"detail\": " << json_string(row.detail)
-		  << ",\n     \"version\": " << json_string(row.version)
-		  << ", \"program\": " << json_string(row.program)
-		  << ",\n     \"status\": " << json_string(row.status)
-		  << ", \"reason\": " << json_string(row.reason)
-		  << ",\n     \"tcp1_gbps\": " << json_number(row.tcp1_gbps)
-		  << ", \"tcp4_gbps\": " << json_number(row.tcp4_gbps)
-		  << ", \"udp1400_gbps\": " << json_number(row.udp_gbps)
-		  << ", \"udp1400_loss_pct\": " << json_number(row.udp_loss_pct)
-		  << ",\n     \"ping_p50_ms\": " << json_number(row.ping_p50_ms)
-		  << ", \"ping_p99_ms\": " << json_number(row.ping_p99_ms)
-		  << ", \"ping_sent\": " << row.ping_sent << ", \"ping_received\": " << row.ping_received
-		  << ",\n     \"udp_rr_p50_ms\": " << json_number(row.rr_p50_ms)
-		  << ", \"udp_rr_p99_ms\": " << json_number(row.rr_p99_ms)
-		  << ", \"udp_rr_sent\": " << row.rr_sent << ", \"udp_rr_received\": " << row.rr_received
-		  << ",\n     \"cpu_s_per_gb\": " << json_number(row.cpu_s_per_gb) << ", \"errors\": [";
-		for (size_t e = 0; e < row.errors.size(); e++)
-			j << (e ? ", " : "") << json_string(row.errors[e]);
-		j << "]}";
-	}
-	j << "\n  ],\n  \"ratios\": {\"reference\": " << json_string(r.reference) << ", \"peers\": [";
-	auto ratios = r.ratios();
-	for (size_t i = 0; i < ratios.size(); i++)
-		j << (i ? "," : "") << "\n    {\"peer\": " << json_string(ratios[i].peer)
-		  << ", \"tcp1\": " << json_number(ratios[i].tcp1)
-		  << ", \"cpu_per_gb\": " << json_number(ratios[i].cpu_per_gb) << "}";
-	j << (ratios.empty() ? "" : "\n  ") << "]}\n}\n";
-	return j.str();
+	service::Json j{{"tool", "esptun-bench compare"},
+	                {"started", r.started},
+	                {"command", r.command},
+	                {"host", r.host},
+	                {"quick", r.quick},
+	                {"duration_s", r.duration_s},
+	                {"pings", r.pings},
+	                {"udp_rr_requests", r.rr_requests},
+	                {"measure_s", json_figure(r.measure_s)}};
+	service::Json& subjects = j["subjects"] = service::Json::array();
+	for (const Row& row : r.rows)
+		subjects.push_back(service::Json{{"name", row.name},
+		                                 {"detail", row.detail},
+		                                 {"version", row.version},
+		                                 {"program", row.program},
+		                                 {"status", row.status},
+		                                 {"reason", row.reason},
+		                                 {"tcp1_gbps", json_figure(row.tcp1_gbps)},
+		                                 {"tcp4_gbps", json_figure(row.tcp4_gbps)},
+		                                 {"udp1400_gbps", json_figure(row.udp_gbps)},
+		                                 {"udp1400_loss_pct", json_figure(row.udp_loss_pct)},
+		                                 {"ping_p50_ms", json_figure(row.ping_p50_ms)},
+		                                 {"ping_p99_ms", json_figure(row.ping_p99_ms)},
+		                                 {"ping_sent", row.ping_sent},
+		                                 {"ping_received", row.ping_received},
+		                                 {"udp_rr_p50_ms", json_figure(row.rr_p50_ms)},
+		                                 {"udp_rr_p99_ms", json_figure(row.rr_p99_ms)},
+		                                 {"udp_rr_sent", row.rr_sent},
+		                                 {"udp_rr_received", row.rr_received},
+		                                 {"cpu_s_per_gb", json_figure(row.cpu_s_per_gb)},
+		                                 {"errors", row.errors}});
+	service::Json peers = service::Json::array();
+	for (const Ratio& ratio : r.ratios())
+		peers.push_back(service::Json{{"peer", ratio.peer},
+		                              {"tcp1", json_figure(ratio.tcp1)},
+		                              {"cpu_per_gb", json_figure(ratio.cpu_per_gb)}});
+	j["ratios"] = service::Json{{"reference", r.reference}, {"peers", std::move(peers)}};
+	// Indented: a person reads this file too.
+	return j.dump(2, ' ', false, service::Json::error_handler_t::replace) + "\n";
 }
 
 std::string csv_text(const Report& r) {

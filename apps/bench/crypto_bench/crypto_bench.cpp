@@ -24,14 +24,13 @@
 // the other tenants of a shared machine then hits all subjects alike instead
 // of one. Each figure is the median over rounds; min and max go to the JSON.
 #include "apps/bench/crypto_bench/crypto_bench.hpp"
-#include "apps/bench/lab/cli.hpp"
 
 #include "apps/bench/crypto_bench/subjects.hpp"
-
+#include "apps/bench/lab/cli.hpp"
 #include "apps/bench/lab/sa_keys.hpp"
 #include "crypto/cbc_hmac_stitched.hpp"
 #include "crypto/esp_transform.hpp"
-#include "service/json.hpp"
+#include "service/json_io.hpp"
 #include "tunnel/esp.hpp"
 #include "tunnel/esp_wire.hpp"
 #include "tunnel/sa.hpp"
@@ -54,15 +53,6 @@
 namespace esptun::bench::crypto_bench {
 
 using namespace lab;
-
-const char* const kCryptoBenchUsage =
-    "  crypto [--rounds N] [--sizes A,B,...] [--sample-ms MS] [--cpu N] [--quick]\n"
-    "         [--json [FILE]]\n"
-    "                        ns/packet and MB/s of ESP seal and open for every suite and\n"
-    "                        implementation, next to OpenSSL's EVP ciphers as the ceiling;\n"
-    "                        one pinned CPU, medians over N rounds (default 15; --quick: 3\n"
-    "                        short rounds); --json writes the same as JSON to FILE or, without\n"
-    "                        FILE, to stdout (the table then goes to stderr)\n";
 
 namespace {
 
@@ -253,7 +243,8 @@ int pin_to_one_cpu(int wanted) {
 		for (int i = CPU_SETSIZE - 1; i >= 0 && cpu < 0; i--)
 			if (CPU_ISSET(i, &allowed)) cpu = i;
 	} else if (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed)) {
-		throw UsageError("--cpu " + std::to_string(wanted) + ": not a CPU this process may run on");
+		throw cli::UsageError("--cpu " + std::to_string(wanted) +
+		                      ": not a CPU this process may run on");
 	}
 	cpu_set_t one;
 	CPU_ZERO(&one);
@@ -386,136 +377,115 @@ void print_table(std::FILE* to, const Machine& m, const Options& o, const std::v
 		             g.what.c_str(), g.measured.c_str());
 }
 
-void write_stat(service::JsonWriter& j, const char* prefix, const Stat& s, size_t size) {
+using service::json_round3;
+
+/// add_stat() - @prefix_ns (the median), _ns_min, _ns_max and _mbps of @s, or nulls
+void add_stat(service::Json& j, const char* prefix, const Stat& s, size_t size) {
 	const std::string p(prefix);
 	if (!s.valid) {
-		j.key(p + "_ns").null().key(p + "_mbps").null();
+		j[p + "_ns"] = nullptr;
+		j[p + "_mbps"] = nullptr;
 		return;
 	}
-	j.field(p + "_ns", s.median).field(p + "_ns_min", s.min).field(p + "_ns_max", s.max);
-	j.field(p + "_mbps", mbps(size, s.median));
+	j[p + "_ns"] = json_round3(s.median);
+	j[p + "_ns_min"] = json_round3(s.min);
+	j[p + "_ns_max"] = json_round3(s.max);
+	j[p + "_mbps"] = json_round3(mbps(size, s.median));
 }
 
-std::string to_json(const Machine& m, const Options& o, const std::vector<Row>& rows) {
-	service::JsonWriter j;
-	j.begin_object();
-	j.key("machine")
-	    .begin_object()
-	    .field("cpu_model", m.cpu_model)
-	    .field("openssl", m.openssl)
-	    .field("stitched_variant", m.stitched_variant)
-	    .field("pinned_cpu", m.cpu)
-	    .end_object();
-	j.field("rounds", o.rounds).field("sample_ms", o.sample_ms).field("esn", true);
-	j.field("spread", spread(rows));
-	j.key("rows").begin_array();
+/// optional_json() - @v rounded, or null
+service::Json optional_json(const std::optional<double>& v) {
+	return v ? service::Json(json_round3(*v)) : service::Json(nullptr);
+}
+
+service::Json to_json(const Machine& m, const Options& o, const std::vector<Row>& rows) {
+	service::Json j{{"machine",
+	                 {{"cpu_model", m.cpu_model},
+	                  {"openssl", m.openssl},
+	                  {"stitched_variant", m.stitched_variant},
+	                  {"pinned_cpu", m.cpu}}},
+	                {"rounds", o.rounds},
+	                {"sample_ms", json_round3(o.sample_ms)},
+	                {"esn", true},
+	                {"spread", json_round3(spread(rows))}};
+	service::Json& out = j["rows"] = service::Json::array();
 	for (const Row& r : rows) {
-		j.begin_object()
-		    .field("suite", r.subject->suite())
-		    .field("group", r.subject->group())
-		    .field("impl", r.subject->impl())
-		    .field("ceiling", r.subject->ceiling())
-		    .field("size", uint64_t(r.size));
-		write_stat(j, "enc", r.enc, r.size);
-		write_stat(j, "dec", r.dec, r.size);
-		if (r.copy.valid) j.field("copy_ns", r.copy.median);
-		if (r.enc_ratio)
-			j.field("enc_ratio", *r.enc_ratio);
-		else
-			j.key("enc_ratio").null();
-		if (r.dec_ratio)
-			j.field("dec_ratio", *r.dec_ratio);
-		else
-			j.key("dec_ratio").null();
-		j.end_object();
+		service::Json row{{"suite", r.subject->suite()},
+		                  {"group", r.subject->group()},
+		                  {"impl", r.subject->impl()},
+		                  {"ceiling", r.subject->ceiling()},
+		                  {"size", uint64_t(r.size)}};
+		add_stat(row, "enc", r.enc, r.size);
+		add_stat(row, "dec", r.dec, r.size);
+		if (r.copy.valid) row["copy_ns"] = json_round3(r.copy.median);
+		row["enc_ratio"] = optional_json(r.enc_ratio);
+		row["dec_ratio"] = optional_json(r.dec_ratio);
+		out.push_back(std::move(row));
 	}
-	j.end_array();
-	j.key("goals").begin_array();
-	for (const Goal& g : goals(rows)) {
-		j.begin_object().field("goal", g.what).field("measured", g.measured);
-		if (g.known)
-			j.field("met", g.met);
-		else
-			j.key("met").null();
-		j.end_object();
-	}
-	j.end_array().end_object();
-	return j.str();
+	service::Json& goal_list = j["goals"] = service::Json::array();
+	for (const Goal& g : goals(rows))
+		goal_list.push_back(
+		    service::Json{{"goal", g.what},
+		                  {"measured", g.measured},
+		                  {"met", g.known ? service::Json(g.met) : service::Json(nullptr)}});
+	return j;
 }
 
-Options parse_options(const std::vector<std::string>& args) {
-	Options o;
-	bool rounds_set = false, sample_set = false;
-	for (size_t i = 0; i < args.size(); i++) {
-		const std::string& a = args[i];
-		auto value = [&]() -> const std::string& {
-			if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-			return args[++i];
-		};
-		if (a == "--rounds") {
-			o.rounds = unsigned(parse_number(a, value(), 1, 1000));
-			rounds_set = true;
-		} else if (a == "--sample-ms") {
-			o.sample_ms = double(parse_number(a, value(), 1, 10000));
-			sample_set = true;
-		} else if (a == "--cpu") {
-			o.cpu = int(parse_number(a, value(), 0, CPU_SETSIZE - 1));
-		} else if (a == "--quick") {
-			if (!rounds_set) o.rounds = 3;
-			if (!sample_set) o.sample_ms = 5;
-		} else if (a == "--sizes") {
-			const std::string& list = value();
-			o.sizes.clear();
-			size_t start = 0;
-			for (;;) {
-				const size_t comma = list.find(',', start);
-				o.sizes.push_back(parse_number("--sizes", list.substr(start, comma - start),
-				                               kMinSize, kMaxSize));
-				if (comma == std::string::npos) break;
-				start = comma + 1;
-			}
-		} else if (a == "--json") {
-			o.json = true;
-			if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) o.json_file = args[++i];
-		} else {
-			throw UsageError("unknown option " + a);
-		}
-	}
-	return o;
+/// run_crypto_bench() - the crypto command with @o; the exit status
+int run_crypto_bench(const Options& o) {
+	Machine m;
+	m.cpu = pin_to_one_cpu(o.cpu);
+	m.cpu_model = cpu_model();
+	m.openssl = OpenSSL_version(OPENSSL_VERSION);
+	m.stitched_variant = std::string(crypto::stitched_variant());
+	if (!crypto::stitched_supported())
+		std::fprintf(stderr,
+		             "esptun-bench crypto: this CPU cannot run the stitched transform (%s); "
+		             "measuring two-pass and GCM only\n",
+		             crypto::stitched_unsupported_reason().c_str());
+
+	Bench bench(o, make_subjects());
+	bench.run_all();
+	const std::vector<Row> rows = bench.rows();
+
+	const bool json_stdout = o.json && o.json_file.empty();
+	print_table(json_stdout ? stderr : stdout, m, o, rows);
+	if (o.json) write_json(to_json(m, o, rows), o.json_file);
+	return 0;
 }
 
 } // namespace
 
-int run_crypto_bench(const std::vector<std::string>& args) {
-	return run_command("crypto", kCryptoBenchUsage, [&] {
-		if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
-			std::printf("usage: esptun-bench\n%s", kCryptoBenchUsage);
-			return 0;
-		}
-		const Options o = parse_options(args);
-		Machine m;
-		m.cpu = pin_to_one_cpu(o.cpu);
-		m.cpu_model = cpu_model();
-		m.openssl = OpenSSL_version(OPENSSL_VERSION);
-		m.stitched_variant = std::string(crypto::stitched_variant());
-		if (!crypto::stitched_supported())
-			std::fprintf(stderr,
-			             "esptun-bench crypto: this CPU cannot run the stitched transform (%s); "
-			             "measuring two-pass and GCM only\n",
-			             crypto::stitched_unsupported_reason().c_str());
-
-		Bench bench(o, make_subjects());
-		bench.run_all();
-		const std::vector<Row> rows = bench.rows();
-
-		const bool json_stdout = o.json && o.json_file.empty();
-		print_table(json_stdout ? stderr : stdout, m, o, rows);
-		if (o.json) {
-			const std::string text = to_json(m, o, rows) + "\n";
-			write_json(text, o.json_file);
-		}
-		return 0;
-	});
+cli::Verb add_crypto_bench(CLI::App& bench) {
+	auto o = std::make_shared<Options>();
+	CLI::App* verb = cli::add_verb(
+	    bench, "crypto", "ns/packet of ESP seal and open, every suite, next to OpenSSL's EVP",
+	    "ns/packet and MB/s of ESP seal and open for every suite and implementation,\n"
+	    "next to OpenSSL's EVP ciphers as the ceiling; one pinned CPU, medians over N\n"
+	    "rounds (default 15; --quick: 3 short rounds); --json writes the same as JSON\n"
+	    "to FILE or, without FILE, to stdout (the table then goes to stderr).");
+	CLI::Option* rounds = verb->add_option("--rounds", o->rounds, "rounds (default 15)")
+	                          ->type_name("N")
+	                          ->check(cli::between(1, 1000));
+	verb->add_option("--sizes", o->sizes, "payload sizes in bytes")
+	    ->type_name("A,B,...")
+	    ->delimiter(',')
+	    ->check(cli::between(kMinSize, kMaxSize));
+	CLI::Option* sample = verb->add_option("--sample-ms", o->sample_ms, "length of one sample")
+	                          ->type_name("MS")
+	                          ->check(cli::between(1, 10000));
+	verb->add_option("--cpu", o->cpu, "the CPU to pin to (default: the highest allowed)")
+	    ->type_name("N")
+	    ->check(cli::between(0, CPU_SETSIZE - 1))
+	    ->default_str("");
+	CLI::Option* quick = verb->add_flag("--quick")->description("3 rounds of 5 ms samples, unless given");
+	CLI::Option* json = add_json_option(*verb, o->json_file);
+	return {verb, [verb, o, rounds, sample, quick, json] {
+		        if (quick->count() && !rounds->count()) o->rounds = 3;
+		        if (quick->count() && !sample->count()) o->sample_ms = 5;
+		        o->json = json->count() > 0;
+		        return cli::run_verb(*verb, [&] { return run_crypto_bench(*o); });
+	        }};
 }
 
 } // namespace esptun::bench::crypto_bench

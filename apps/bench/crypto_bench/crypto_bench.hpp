@@ -5,21 +5,16 @@
 // tunnel/esp.cpp's encapsulate() laid out, on one pinned CPU.
 #pragma once
 
-#include <string>
-#include <vector>
+#include "apps/cli/options.hpp"
 
 namespace esptun::bench::crypto_bench {
 
-/// Usage lines of the crypto command (for the top-level usage text).
-extern const char* const kCryptoBenchUsage;
-
 /**
- * run_crypto_bench() - the crypto command
- * @args: the arguments after "crypto"
- * Return: the process exit status: 0 when the measurement ran (whether or
- * not the goals were met), 1 when something failed (an open() that did not
- * verify, an OpenSSL set-up error), 2 for a usage error.
+ * add_crypto_bench() - the crypto command on @bench (esptun-bench's app) and
+ * what runs it: exit status 0 when the measurement ran (whether or not the
+ * goals were met), 1 when something failed (an open() that did not verify,
+ * an OpenSSL set-up error), 2 for a usage error
  */
-int run_crypto_bench(const std::vector<std::string>& args);
+cli::Verb add_crypto_bench(CLI::App& bench);
 
 } // namespace esptun::bench::crypto_bench

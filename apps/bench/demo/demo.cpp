@@ -13,7 +13,6 @@
 #include "apps/bench/demo/gateway_config.hpp"
 #include "apps/bench/demo/gateway_process.hpp"
 #include "apps/bench/demo/tcp_transfer.hpp"
-#include "apps/bench/lab/cli.hpp"
 #include "apps/bench/lab/netns_pair.hpp"
 #include "apps/bench/lab/ping.hpp"
 #include "apps/bench/lab/process.hpp"
@@ -30,14 +29,7 @@
 namespace esptun::bench::demo {
 
 using namespace lab;
-using service::JsonValue;
-using service::parse_json;
-
-const char* const kDemoUsage =
-    "  demo [--cipher NAME] [--bytes N] [--pings N] [--gateway PATH]\n"
-    "                        two gateways in two network namespaces: ping both ways and a\n"
-    "                        TCP transfer through the tunnel, then both gateways' counters\n"
-    "                        (needs root; defaults: aes128-gcm, 200M bytes, 20 pings)\n";
+using service::Json;
 
 namespace {
 
@@ -58,9 +50,6 @@ NetnsPair::Layout underlay() {
 	return {run + "-a", run + "-b", "veth0", "veth0", "10.201.0.1", "10.201.0.2"};
 }
 
-/// HelpRequested - `demo --help`: print the usage and exit 0.
-struct HelpRequested {};
-
 struct DemoOptions {
 	std::string cipher = "aes128-gcm";
 	uint64_t bytes = 200'000'000;
@@ -68,48 +57,33 @@ struct DemoOptions {
 	std::string gateway; ///< empty: esptun-gateway next to this binary
 };
 
-/// parse_count() - "200000", "200M", "1G", "64k" (decimal multipliers)
-uint64_t parse_count(const std::string& opt, const std::string& text) {
-	size_t used = 0;
-	uint64_t n = 0;
-	try {
-		n = std::stoull(text, &used, 10);
-	} catch (const std::exception&) {
-		throw UsageError(opt + " wants a number, e.g. 200M");
-	}
-	std::string suffix = text.substr(used);
-	uint64_t mul = suffix.empty()                   ? 1
-	               : suffix == "k" || suffix == "K" ? 1000
-	               : suffix == "M"                  ? 1000000
-	                                                : 0;
-	if (suffix == "G") mul = 1000000000;
-	if (mul == 0 || n == 0 || n > UINT64_MAX / mul)
-		throw UsageError(opt + " " + text + " is not a count, e.g. 200M");
-	return n * mul;
-}
-
-DemoOptions parse_options(const std::vector<std::string>& args) {
-	DemoOptions o;
-	for (size_t i = 0; i < args.size(); i++) {
-		const std::string& a = args[i];
-		auto value = [&]() -> const std::string& {
-			if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-			return args[++i];
-		};
-		if (a == "--cipher")
-			o.cipher = value();
-		else if (a == "--bytes")
-			o.bytes = parse_count(a, value());
-		else if (a == "--pings")
-			o.pings = static_cast<unsigned>(std::min<uint64_t>(parse_count(a, value()), 10000));
-		else if (a == "--gateway")
-			o.gateway = value();
-		else if (a == "-h" || a == "--help")
-			throw HelpRequested{};
-		else
-			throw UsageError("unknown option " + a);
-	}
-	return o;
+/**
+ * count() - a check that turns "200000", "200M", "1G", "64k" (decimal
+ * multipliers) into the whole number, at least 1 and at most @max
+ */
+CLI::Validator count(uint64_t max) {
+	return CLI::Validator(
+	    [max](std::string& text) -> std::string {
+		    size_t used = 0;
+		    uint64_t n = 0;
+		    try {
+			    if (!text.empty() && text[0] != '-') n = std::stoull(text, &used, 10);
+		    } catch (const std::exception&) {
+			    used = 0;
+		    }
+		    const std::string suffix = text.substr(used);
+		    const uint64_t mul = suffix.empty()                   ? 1
+		                         : suffix == "k" || suffix == "K" ? 1000
+		                         : suffix == "M"                  ? 1000000
+		                         : suffix == "G"                  ? 1000000000
+		                                                          : 0;
+		    if (used == 0 || mul == 0 || n == 0 || n > max / mul)
+			    return "wants a count from 1 to " + std::to_string(max) + ", e.g. 200M, not '" +
+			           text + "'";
+		    text = std::to_string(n * mul);
+		    return "";
+	    },
+	    "N[k|M|G]");
 }
 
 /// find_gateway_binary() - esptun-gateway in the folder of /proc/self/exe
@@ -140,7 +114,7 @@ std::string human_bytes(double b) {
 struct Results {
 	std::optional<PingResult> ping_ab, ping_ba;
 	std::optional<TransferSide> sent, received;
-	std::optional<JsonValue> status_a, status_b;
+	std::optional<Json> status_a, status_b;
 	std::vector<std::string> failures;
 
 	/**
@@ -197,13 +171,13 @@ void run_transfer(const NetnsPair& nets, uint64_t bytes, Results& res) {
 }
 
 /// drops_text() - "0", or "auth_failed 3, replay 1" for the non-zero reasons
-std::string drops_text(const JsonValue& status) {
-	const JsonValue* drops = status.get("drops");
-	if (!drops) return "?";
+std::string drops_text(const Json& status) {
+	const Json* drops = service::json_at(status, {"drops"});
+	if (!drops || !drops->is_object()) return "?";
 	std::string s;
 	uint64_t total = 0;
-	for (const auto& [reason, v] : drops->members) {
-		uint64_t n = v.as_u64();
+	for (const auto& [reason, v] : drops->items()) {
+		uint64_t n = service::json_u64(&v);
 		total += n;
 		if (n) s += (s.empty() ? "" : ", ") + reason + " " + std::to_string(n);
 	}
@@ -211,22 +185,20 @@ std::string drops_text(const JsonValue& status) {
 }
 
 /// u64_at() - the integer at @path under @v, 0 when @v is null or it is missing
-uint64_t u64_at(const JsonValue* v, std::initializer_list<std::string_view> path) {
-	const JsonValue* n = v ? v->at(path) : nullptr;
-	return n ? n->as_u64() : 0;
+uint64_t u64_at(const Json* v, std::initializer_list<std::string_view> path) {
+	return service::json_u64(v ? service::json_at(*v, path) : nullptr);
 }
 
 /// string_at() - the string at @path under @v, "?" when missing
-std::string string_at(const JsonValue* v, std::initializer_list<std::string_view> path) {
-	const JsonValue* n = v ? v->at(path) : nullptr;
-	return n ? n->as_string("?") : "?";
+std::string string_at(const Json* v, std::initializer_list<std::string_view> path) {
+	return service::json_string(v ? service::json_at(*v, path) : nullptr, "?");
 }
 
 /// print_gateway() - one gateway's block of the summary table: its first
 /// (only) peer's cipher and both SAs, then its drops
-void print_gateway(const std::string& side, const JsonValue& st) {
-	const JsonValue* peers = st.get("peers");
-	const JsonValue* peer = peers && !peers->items.empty() ? &peers->items.front() : nullptr;
+void print_gateway(const std::string& side, const Json& st) {
+	const Json* peers = service::json_at(st, {"peers"});
+	const Json* peer = peers && peers->is_array() && !peers->empty() ? &peers->front() : nullptr;
 	const struct {
 		const char* label;
 		std::string_view key;
@@ -316,28 +288,10 @@ int run(const DemoOptions& opt, const crypto::CipherSpec& spec, const std::strin
 	return 1;
 }
 
-} // namespace
-
-int run_demo(const std::vector<std::string>& args) {
-	DemoOptions opt;
-	try {
-		opt = parse_options(args);
-	} catch (const UsageError& e) {
-		std::fprintf(stderr, "esptun-bench demo: %s\nusage:\n%s", e.what(), kDemoUsage);
-		return 2;
-	} catch (const HelpRequested&) {
-		std::printf("usage: esptun-bench\n%s", kDemoUsage);
-		return 0;
-	}
+/// run_demo() - the demo command with @opt; the exit status
+int run_demo(const CLI::App& verb, const DemoOptions& opt) {
 	const crypto::CipherSpec* spec = crypto::find_cipher(opt.cipher);
-	if (!spec) {
-		std::string names;
-		for (const auto& c : crypto::all_ciphers())
-			names.append(" ").append(c.name);
-		std::fprintf(stderr, "esptun-bench demo: unknown cipher \"%s\"; use one of:%s\n",
-		             opt.cipher.c_str(), names.c_str());
-		return 2;
-	}
+	if (!spec) return cli::report_usage_error(verb, "unknown cipher '" + opt.cipher + "'");
 	if (geteuid() != 0) {
 		std::fprintf(stderr,
 		             "esptun-bench demo: needs root (it creates network namespaces and tun devices); "
@@ -360,6 +314,25 @@ int run_demo(const std::vector<std::string>& args) {
 		             e.what());
 		return 1;
 	}
+}
+
+} // namespace
+
+cli::Verb add_demo(CLI::App& bench) {
+	auto opt = std::make_shared<DemoOptions>();
+	CLI::App* verb =
+	    cli::add_verb(bench, "demo", "two gateways in two namespaces: pings and a TCP transfer (root)",
+	                  "Two gateways in two network namespaces: ping both ways and a TCP transfer\n"
+	                  "through the tunnel, then both gateways' counters. Needs root.");
+	std::vector<std::string> ciphers;
+	for (const auto& c : crypto::all_ciphers())
+		ciphers.emplace_back(c.name);
+	verb->add_option("--cipher", opt->cipher, "the suite")->check(CLI::IsMember(ciphers));
+	verb->add_option("--bytes", opt->bytes, "bytes of the TCP transfer")->transform(count(UINT64_MAX));
+	verb->add_option("--pings", opt->pings, "pings each way")->transform(count(10000));
+	verb->add_option("--gateway", opt->gateway,
+	                 "the esptun-gateway program (default: the one beside this one)");
+	return {verb, [verb, opt] { return run_demo(*verb, *opt); }};
 }
 
 } // namespace esptun::bench::demo

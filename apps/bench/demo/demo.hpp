@@ -3,20 +3,15 @@
 // gateways' status. Needs root; leaves nothing behind.
 #pragma once
 
-#include <string>
-#include <vector>
+#include "apps/cli/options.hpp"
 
 namespace esptun::bench::demo {
 
-/// Usage lines of the demo command (for the top-level usage text).
-extern const char* const kDemoUsage;
-
 /**
- * run_demo() - the demo command
- * @args: the arguments after "demo"
- * Return: the process exit status: 0 when every step passed, 1 when one
- * failed, 2 for a usage error, 130 when interrupted.
+ * add_demo() - the demo command on @bench (esptun-bench's app) and what
+ * runs it: exit status 0 when every step passed, 1 when one failed, 2 for a
+ * usage error, 130 when interrupted
  */
-int run_demo(const std::vector<std::string>& args);
+cli::Verb add_demo(CLI::App& bench);
 
 } // namespace esptun::bench::demo

@@ -10,7 +10,7 @@
 namespace esptun::bench::demo {
 
 using namespace lab;
-using service::JsonValue;
+using service::Json;
 using service::parse_json;
 
 GatewayProcess::GatewayProcess(std::string label, std::string netns, std::string binary, std::string config,
@@ -20,7 +20,7 @@ GatewayProcess::GatewayProcess(std::string label, std::string netns, std::string
 	child_ = spawn_in_netns(netns_, {binary_, "run", "-c", config_}, log_);
 }
 
-std::optional<JsonValue> GatewayProcess::status(Millis timeout) const {
+std::optional<Json> GatewayProcess::status(Millis timeout) const {
 	auto deadline = Clock::now() + timeout;
 	Pipe out = Pipe::make();
 	std::string err_log = log_ + ".status";

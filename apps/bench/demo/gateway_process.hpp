@@ -3,7 +3,7 @@
 #pragma once
 
 #include "apps/bench/lab/process.hpp"
-#include "service/json_reader.hpp"
+#include "service/json_io.hpp"
 
 #include <optional>
 #include <string>
@@ -24,7 +24,7 @@ public:
 	 * status() - run `@binary status -c @config` and parse its JSON
 	 * Return: the status, or nullopt when the command failed (not running yet)
 	 */
-	std::optional<service::JsonValue> status(lab::Millis timeout = lab::Millis(3000)) const;
+	std::optional<service::Json> status(lab::Millis timeout = lab::Millis(3000)) const;
 
 	/**
 	 * check_alive() - throw std::runtime_error, with the end of the gateway's

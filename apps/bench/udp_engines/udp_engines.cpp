@@ -3,7 +3,7 @@
 #include "apps/bench/lab/cli.hpp"
 
 #include "platform/udp_engine.hpp"
-#include "service/json.hpp"
+#include "service/json_io.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -27,17 +27,6 @@
 namespace esptun::bench::udp_engines {
 
 using namespace lab;
-
-const char* const kUdpEnginesUsage =
-    "  udp-engines [--rounds N] [--seconds S] [--size BYTES] [--batch N] [--no-pin]\n"
-    "              [--json [FILE]]\n"
-    "                        the underlay engines (recvmmsg/sendmmsg, io_uring multishot,\n"
-    "                        io_uring one receive per slot) moving datagrams over loopback,\n"
-    "                        GSO on and off, the sender at most 1024 datagrams ahead,\n"
-    "                        interleaved rounds (default 5 of 1 s each, 1400\n"
-    "                        bytes, batches of 64; sender pinned to CPU 0, receiver to CPU 1):\n"
-    "                        packets/s, CPU ns and system calls per packet on each side,\n"
-    "                        medians; --json writes them to FILE or stdout (table to stderr)\n";
 
 namespace {
 
@@ -251,35 +240,6 @@ Sample medians(const std::vector<Sample>& v) {
 	return m;
 }
 
-Options parse_options(const std::vector<std::string>& args) {
-	Options o;
-	for (size_t i = 0; i < args.size(); i++) {
-		const std::string& a = args[i];
-		auto value = [&]() -> const std::string& {
-			if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-			return args[++i];
-		};
-		if (a == "--rounds")
-			o.rounds = unsigned(parse_number(a, value(), 1, 1000));
-		else if (a == "--seconds")
-			o.seconds = double(parse_number(a, value(), 1, 600));
-		else if (a == "--ms")
-			o.seconds = double(parse_number(a, value(), 10, 600000)) / 1000.0;
-		else if (a == "--size")
-			o.size = parse_number(a, value(), 1, 2048);
-		else if (a == "--batch")
-			o.batch = parse_number(a, value(), 1, 1024);
-		else if (a == "--no-pin")
-			o.pin = false;
-		else if (a == "--json") {
-			o.json = true;
-			if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) o.json_file = args[++i];
-		} else
-			throw UsageError("unknown option " + a);
-	}
-	return o;
-}
-
 std::string kernel_release() {
 	utsname u{};
 	return uname(&u) == 0 ? u.release : "?";
@@ -312,75 +272,103 @@ void print_table(std::FILE* f, const Options& o, const std::vector<Sample>& rows
 	}
 }
 
-std::string to_json(const Options& o, const std::vector<Sample>& rows) {
-	service::JsonWriter j;
-	j.begin_object();
-	j.field("kernel", kernel_release()).field("cpus", std::thread::hardware_concurrency());
-	j.field("size", uint64_t(o.size)).field("batch", uint64_t(o.batch)).field("rounds", o.rounds);
-	j.field("seconds", o.seconds).field("pinned", o.pin).field("path", "loopback");
-	j.key("rows").begin_array();
+service::Json to_json(const Options& o, const std::vector<Sample>& rows) {
+	using service::json_round3;
+	service::Json j{{"kernel", kernel_release()},
+	                {"cpus", std::thread::hardware_concurrency()},
+	                {"size", uint64_t(o.size)},
+	                {"batch", uint64_t(o.batch)},
+	                {"rounds", o.rounds},
+	                {"seconds", json_round3(o.seconds)},
+	                {"pinned", o.pin},
+	                {"path", "loopback"}};
+	service::Json& out = j["rows"] = service::Json::array();
 	for (size_t i = 0; i < rows.size(); i++) {
 		const Subject& s = kSubjects[i];
 		const Sample& m = rows[i];
-		j.begin_object()
-		    .field("engine", s.uring ? "uring" : "mmsg")
-		    .field("recv", s.uring
-		                       ? (s.recv == platform::UringRecv::multishot ? "multishot" : "oneshot")
-		                       : "recvmmsg")
-		    .field("gso", s.gso)
-		    .field("tx_pps", m.tx_pps)
-		    .field("rx_pps", m.rx_pps)
-		    .field("loss", m.loss)
-		    .field("tx_cpu_ns_per_pkt", m.tx_cpu_ns)
-		    .field("rx_cpu_ns_per_pkt", m.rx_cpu_ns)
-		    .field("tx_syscalls_per_pkt", m.tx_sys)
-		    .field("rx_syscalls_per_pkt", m.rx_sys)
-		    .field("rearms_per_1000_pkts", m.rearms)
-		    .field("flow_control_timeouts", m.stalls)
-		    .end_object();
+		out.push_back(service::Json{
+		    {"engine", s.uring ? "uring" : "mmsg"},
+		    {"recv", s.uring ? (s.recv == platform::UringRecv::multishot ? "multishot" : "oneshot")
+		                     : "recvmmsg"},
+		    {"gso", s.gso},
+		    {"tx_pps", json_round3(m.tx_pps)},
+		    {"rx_pps", json_round3(m.rx_pps)},
+		    {"loss", json_round3(m.loss)},
+		    {"tx_cpu_ns_per_pkt", json_round3(m.tx_cpu_ns)},
+		    {"rx_cpu_ns_per_pkt", json_round3(m.rx_cpu_ns)},
+		    {"tx_syscalls_per_pkt", json_round3(m.tx_sys)},
+		    {"rx_syscalls_per_pkt", json_round3(m.rx_sys)},
+		    {"rearms_per_1000_pkts", json_round3(m.rearms)},
+		    {"flow_control_timeouts", json_round3(m.stalls)}});
 	}
-	j.end_array().end_object();
-	return j.str();
+	return j;
+}
+
+/// run_udp_engines() - the udp-engines command with @o; the exit status
+int run_udp_engines(const Options& o) {
+	// Fail early, with io_uring's own reason, rather than in round 1.
+	{
+		UdpSocket probe = UdpSocket::bind(Endpoint{*parse_ip("127.0.0.1"), 0});
+		platform::UringEngine check(probe);
+	}
+	constexpr size_t n = std::size(kSubjects);
+	std::vector<std::vector<Sample>> samples(n);
+	for (unsigned round = 0; round < o.rounds; round++) {
+		std::fprintf(stderr, "round %u/%u\r", round + 1, o.rounds);
+		// Interleaved, and in a rotating order so no engine always runs
+		// right after the same neighbour.
+		for (size_t k = 0; k < n; k++) {
+			const size_t i = (k + round) % n;
+			samples[i].push_back(measure(kSubjects[i], o));
+		}
+	}
+	std::fprintf(stderr, "\n");
+	std::vector<Sample> rows;
+	for (const auto& v : samples)
+		rows.push_back(medians(v));
+
+	const bool json_stdout = o.json && o.json_file.empty();
+	print_table(json_stdout ? stderr : stdout, o, rows);
+	if (o.json) write_json(to_json(o, rows), o.json_file);
+	return 0;
 }
 
 } // namespace
 
-int run_udp_engines(const std::vector<std::string>& args) {
-	return run_command("udp-engines", kUdpEnginesUsage, [&] {
-		if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
-			std::printf("usage: esptun-bench\n%s", kUdpEnginesUsage);
-			return 0;
-		}
-		const Options o = parse_options(args);
-		// Fail early, with io_uring's own reason, rather than in round 1.
-		{
-			UdpSocket probe = UdpSocket::bind(Endpoint{*parse_ip("127.0.0.1"), 0});
-			platform::UringEngine check(probe);
-		}
-		constexpr size_t n = std::size(kSubjects);
-		std::vector<std::vector<Sample>> samples(n);
-		for (unsigned round = 0; round < o.rounds; round++) {
-			std::fprintf(stderr, "round %u/%u\r", round + 1, o.rounds);
-			// Interleaved, and in a rotating order so no engine always runs
-			// right after the same neighbour.
-			for (size_t k = 0; k < n; k++) {
-				const size_t i = (k + round) % n;
-				samples[i].push_back(measure(kSubjects[i], o));
-			}
-		}
-		std::fprintf(stderr, "\n");
-		std::vector<Sample> rows;
-		for (const auto& v : samples)
-			rows.push_back(medians(v));
-
-		const bool json_stdout = o.json && o.json_file.empty();
-		print_table(json_stdout ? stderr : stdout, o, rows);
-		if (o.json) {
-			const std::string text = to_json(o, rows) + "\n";
-			write_json(text, o.json_file);
-		}
-		return 0;
-	});
+cli::Verb add_udp_engines(CLI::App& bench) {
+	auto o = std::make_shared<Options>();
+	CLI::App* verb = cli::add_verb(
+	    bench, "udp-engines", "the underlay engines (mmsg, io_uring) moving datagrams over loopback",
+	    "The underlay engines (recvmmsg/sendmmsg, io_uring multishot, io_uring one\n"
+	    "receive per slot) moving datagrams over loopback, GSO on and off, the sender\n"
+	    "at most 1024 datagrams ahead, interleaved rounds (default 5 of 1 s each, 1400\n"
+	    "bytes, batches of 64; sender pinned to CPU 0, receiver to CPU 1): packets/s,\n"
+	    "CPU ns and system calls per packet on each side, medians; --json writes them\n"
+	    "to FILE or stdout (table to stderr).");
+	verb->add_option("--rounds", o->rounds, "rounds")->type_name("N")->check(cli::between(1, 1000));
+	CLI::Option* seconds = verb->add_option("--seconds", o->seconds, "length of one round")
+	                           ->type_name("S")
+	                           ->check(cli::between(1, 600));
+	auto ms = std::make_shared<unsigned>(0);
+	verb->add_option("--ms", *ms, "length of one round in ms, instead of --seconds")
+	    ->type_name("MS")
+	    ->check(cli::between(10, 600000))
+	    ->excludes(seconds)
+	    ->default_str("");
+	verb->add_option("--size", o->size, "datagram bytes")
+	    ->type_name("BYTES")
+	    ->check(cli::between(1, 2048));
+	verb->add_option("--batch", o->batch, "datagrams per system call")
+	    ->type_name("N")
+	    ->check(cli::between(1, 1024));
+	CLI::Option* no_pin = verb->add_flag("--no-pin")->description("leave the threads unpinned");
+	CLI::Option* json = add_json_option(*verb, o->json_file);
+	return {verb, [verb, o, ms, no_pin, json] {
+		        if (*ms) o->seconds = double(*ms) / 1000.0;
+		        o->pin = no_pin->count() == 0;
+		        o->json = json->count() > 0;
+		        return cli::run_verb(*verb, [&] { return run_udp_engines(*o); });
+	        }};
 }
 
 } // namespace esptun::bench::udp_engines

@@ -9,19 +9,15 @@
 // over the rounds. docs/udp-engines.md has a run and what `auto` picks.
 #pragma once
 
-#include <string>
-#include <vector>
+#include "apps/cli/options.hpp"
 
 namespace esptun::bench::udp_engines {
 
-/// Usage lines of the udp-engines command (for the top-level usage text).
-extern const char* const kUdpEnginesUsage;
-
 /**
- * run_udp_engines() - the udp-engines command
- * @args: the arguments after "udp-engines"
- * Return: exit status: 0 measured, 1 failed (set-up, nothing received), 2 usage
+ * add_udp_engines() - the udp-engines command on @bench (esptun-bench's app)
+ * and what runs it: exit status 0 measured, 1 failed (set-up, nothing
+ * received), 2 usage
  */
-int run_udp_engines(const std::vector<std::string>& args);
+cli::Verb add_udp_engines(CLI::App& bench);
 
 } // namespace esptun::bench::udp_engines

@@ -2,9 +2,7 @@
 // gateways' exact counters. See vhost_counts.hpp for the three steps.
 #include "apps/bench/vhost_counts/vhost_counts.hpp"
 
-#include "apps/bench/lab/cli.hpp"
 #include "service/control.hpp"
-#include "service/json.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -16,24 +14,10 @@
 
 namespace esptun::bench::vhost_counts {
 
-using namespace lab;
-using service::JsonValue;
+using cli::UsageError;
+using service::Json;
+using service::json_round3;
 using service::parse_json;
-
-const char* const kVhostCountsUsage =
-    "  vhost-counts snapshot SOCKET...\n"
-    "                        the status of running gateways (their control sockets) as one\n"
-    "                        JSON array on stdout\n"
-    "  vhost-counts row --phase NAME [--accel A --ping-log FILE | --bytes N --elapsed-ms MS]\n"
-    "                        BEFORE AFTER\n"
-    "                        one JSON line: the tun-side counter deltas between two snapshot\n"
-    "                        files, summed over the gateways, with their tun_io mode; with\n"
-    "                        --accel also the phase's ping RTT p50/p99 (from ping's output)\n"
-    "                        or its throughput\n"
-    "  vhost-counts table [--json] [--check] ROWS\n"
-    "                        per-packet system calls, kicks and wake-ups of each row; --check\n"
-    "                        exits 1 when a vhost row misses issue 3's goals (phases named\n"
-    "                        one-in-flight and bulk); FIGURE lines are reported, not held\n";
 
 namespace {
 
@@ -42,24 +26,23 @@ constexpr double kMinDirectShare = 0.95; // one in flight: share of direct write
 constexpr double kMaxBulkKicksPerPacket = 1.0 / 32;
 constexpr double kMaxBulkSyscallsPerPacket = 0.1;
 
-uint64_t u64_at(const JsonValue& v, std::initializer_list<std::string_view> path) {
-	const JsonValue* n = v.at(path);
-	if (!n || n->kind != JsonValue::Kind::number)
+uint64_t u64_at(const Json& v, std::initializer_list<std::string_view> path) {
+	const Json* n = service::json_at(v, path);
+	if (!n || !n->is_number())
 		throw std::runtime_error("status has no number at " + std::string(*path.begin()) + "." +
 		                         std::string(*(path.end() - 1)) +
 		                         " (a gateway built before the tun_syscalls counters?)");
-	return n->as_u64();
+	return service::json_u64(n);
 }
 
-std::string mode_of(const JsonValue& status) {
-	std::string mode =
-	    status.at({"tun_io", "mode"}) ? status.at({"tun_io", "mode"})->as_string("?") : "?";
+std::string mode_of(const Json& status) {
+	std::string mode = service::json_string(service::json_at(status, {"tun_io", "mode"}), "?");
 	if (mode == "vhost") mode += " dwm=" + std::to_string(u64_at(status, {"tun_io", "direct_write_max"}));
 	return mode;
 }
 
 /// add_delta() - @row += the counters of @after - @before (one gateway)
-void add_delta(PhaseCounts& row, const JsonValue& before, const JsonValue& after) {
+void add_delta(PhaseCounts& row, const Json& before, const Json& after) {
 	auto d = [&](std::initializer_list<std::string_view> path) {
 		const uint64_t a = u64_at(after, path), b = u64_at(before, path);
 		if (a < b) throw std::runtime_error("a counter went backwards: was the gateway restarted?");
@@ -91,36 +74,43 @@ std::string fmt(const char* f, double v) {
 }
 
 /// The raw fields of a row, in JSON and in this order.
-void write_raw(service::JsonWriter& j, const PhaseCounts& r) {
-	j.field("mode", r.mode).field("phase", r.phase);
-	j.field("to_tun", r.to_tun).field("from_tun", r.from_tun);
-	j.field("tx_ring", r.tx_ring).field("direct_writes", r.direct_writes);
-	j.field("rx_ring", r.rx_ring).field("ring_full", r.ring_full);
-	j.field("tun_reads", r.tun_reads).field("tun_writes", r.tun_writes);
-	j.field("rx_kicks", r.rx_kicks).field("tx_kicks", r.tx_kicks);
-	j.field("rx_kicks_suppressed", r.rx_kicks_suppressed)
-	    .field("tx_kicks_suppressed", r.tx_kicks_suppressed);
-	j.field("needless_kicks", r.needless_kicks);
-	j.field("polls", r.polls).field("poll_waits", r.poll_waits);
+Json raw_json(const PhaseCounts& r) {
+	Json j{{"mode", r.mode},
+	       {"phase", r.phase},
+	       {"to_tun", r.to_tun},
+	       {"from_tun", r.from_tun},
+	       {"tx_ring", r.tx_ring},
+	       {"direct_writes", r.direct_writes},
+	       {"rx_ring", r.rx_ring},
+	       {"ring_full", r.ring_full},
+	       {"tun_reads", r.tun_reads},
+	       {"tun_writes", r.tun_writes},
+	       {"rx_kicks", r.rx_kicks},
+	       {"tx_kicks", r.tx_kicks},
+	       {"rx_kicks_suppressed", r.rx_kicks_suppressed},
+	       {"tx_kicks_suppressed", r.tx_kicks_suppressed},
+	       {"needless_kicks", r.needless_kicks},
+	       {"polls", r.polls},
+	       {"poll_waits", r.poll_waits}};
 	if (!r.accel.empty()) {
-		j.field("accel", r.accel);
-		j.field("rtt_p50_ms", r.rtt_p50_ms)
-		    .field("rtt_p99_ms", r.rtt_p99_ms)
-		    .field("mbit_s", r.mbit_s);
+		j["accel"] = r.accel;
+		j["rtt_p50_ms"] = json_round3(r.rtt_p50_ms);
+		j["rtt_p99_ms"] = json_round3(r.rtt_p99_ms);
+		j["mbit_s"] = json_round3(r.mbit_s);
 	}
+	return j;
 }
 
-double number_at(const JsonValue& v, std::string_view key) {
-	const JsonValue* n = v.get(key);
-	if (!n || n->kind != JsonValue::Kind::number)
-		throw std::runtime_error("row has no number " + std::string(key));
-	return n->number;
+double number_at(const Json& v, std::string_view key) {
+	const Json* n = service::json_at(v, {key});
+	if (!n || !n->is_number()) throw std::runtime_error("row has no number " + std::string(key));
+	return n->get<double>();
 }
 
-PhaseCounts read_raw(const JsonValue& v) {
+PhaseCounts read_raw(const Json& v) {
 	PhaseCounts r;
-	r.mode = v.get("mode") ? v.get("mode")->as_string() : "";
-	r.phase = v.get("phase") ? v.get("phase")->as_string() : "";
+	r.mode = service::json_string(service::json_at(v, {"mode"}));
+	r.phase = service::json_string(service::json_at(v, {"phase"}));
 	auto n = [&](std::string_view k) { return u64_at(v, {k}); };
 	r.to_tun = n("to_tun"), r.from_tun = n("from_tun");
 	r.tx_ring = n("tx_ring"), r.direct_writes = n("direct_writes");
@@ -130,15 +120,15 @@ PhaseCounts read_raw(const JsonValue& v) {
 	r.rx_kicks_suppressed = n("rx_kicks_suppressed"), r.tx_kicks_suppressed = n("tx_kicks_suppressed");
 	r.needless_kicks = n("needless_kicks");
 	r.polls = n("polls"), r.poll_waits = n("poll_waits");
-	if (const JsonValue* a = v.get("accel")) {
-		r.accel = a->as_string();
+	if (const Json* a = service::json_at(v, {"accel"})) {
+		r.accel = service::json_string(a);
 		r.rtt_p50_ms = number_at(v, "rtt_p50_ms"), r.rtt_p99_ms = number_at(v, "rtt_p99_ms");
 		r.mbit_s = number_at(v, "mbit_s");
 	}
 	return r;
 }
 
-JsonValue read_json_file(const std::string& path) {
+Json read_json_file(const std::string& path) {
 	std::ifstream in(path);
 	if (!in) throw std::runtime_error("cannot read " + path);
 	std::stringstream ss;
@@ -148,49 +138,37 @@ JsonValue read_json_file(const std::string& path) {
 
 int cmd_snapshot(const std::vector<std::string>& socks) {
 	if (socks.empty()) throw UsageError("snapshot needs at least one control socket");
-	std::string out = "[";
-	for (size_t i = 0; i < socks.size(); i++) {
-		std::string s = service::query_control(socks[i]);
-		(void)parse_json(s); // refuse to record anything but JSON
-		while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
-			s.pop_back();
-		out += (i ? "," : "") + s;
-	}
-	std::printf("%s]\n", out.c_str());
+	Json out = Json::array();
+	for (const std::string& sock : socks)
+		out.push_back(parse_json(service::query_control(sock))); // refuses anything but JSON
+	std::printf("%s\n", service::json_text(out).c_str());
 	return 0;
 }
 
-/// A positive number from the command line, or a UsageError naming @what.
-double positive_arg(const std::string& s, const char* what) {
-	char* end = nullptr;
-	const double v = std::strtod(s.c_str(), &end);
-	if (end == s.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0)
-		throw UsageError(std::string(what) + " wants a positive number, not \"" + s + "\"");
-	return v;
+/// positive() - a check that a value is a positive, finite number
+CLI::Validator positive() {
+	return CLI::Validator(
+	    [](std::string& s) -> std::string {
+		    char* end = nullptr;
+		    const double v = std::strtod(s.c_str(), &end);
+		    if (end == s.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0)
+			    return "wants a positive number, not '" + s + "'";
+		    return "";
+	    },
+	    "");
 }
 
-int cmd_row(const std::vector<std::string>& args) {
+/// The arguments of `row`.
+struct RowArgs {
 	std::string phase, accel, ping_log;
 	double bytes = 0, elapsed_ms = 0;
-	std::vector<std::string> files;
-	for (size_t i = 0; i < args.size(); i++) {
-		const bool has_value = i + 1 < args.size();
-		if (args[i] == "--phase" && has_value)
-			phase = args[++i];
-		else if (args[i] == "--accel" && has_value)
-			accel = args[++i];
-		else if (args[i] == "--ping-log" && has_value)
-			ping_log = args[++i];
-		else if (args[i] == "--bytes" && has_value)
-			bytes = positive_arg(args[++i], "--bytes");
-		else if (args[i] == "--elapsed-ms" && has_value)
-			elapsed_ms = positive_arg(args[++i], "--elapsed-ms");
-		else if (args[i].rfind("--", 0) == 0)
-			throw UsageError("unknown or incomplete option " + args[i]);
-		else
-			files.push_back(args[i]);
-	}
-	if (phase.empty() || files.size() != 2) throw UsageError("row wants --phase NAME BEFORE AFTER");
+	std::vector<std::string> files; ///< BEFORE AFTER
+};
+
+int cmd_row(const RowArgs& args) {
+	const std::string &phase = args.phase, &accel = args.accel, &ping_log = args.ping_log;
+	const double bytes = args.bytes, elapsed_ms = args.elapsed_ms;
+	const std::vector<std::string>& files = args.files;
 	const bool timed = !ping_log.empty() || bytes > 0 || elapsed_ms > 0;
 	if (timed && accel.empty()) throw UsageError("timed figures need --accel (tcg, kvm, ...)");
 	if ((bytes > 0) != (elapsed_ms > 0)) throw UsageError("--bytes and --elapsed-ms go together");
@@ -206,11 +184,7 @@ int cmd_row(const std::vector<std::string>& args) {
 		r.rtt_p50_ms = percentile(rtts, 50), r.rtt_p99_ms = percentile(rtts, 99);
 	}
 	if (bytes > 0) r.mbit_s = bytes * 8 / (elapsed_ms * 1000);
-	service::JsonWriter j;
-	j.begin_object();
-	write_raw(j, r);
-	j.end_object();
-	std::printf("%s\n", j.str().c_str());
+	std::printf("%s\n", service::json_text(raw_json(r)).c_str());
 	return 0;
 }
 
@@ -287,51 +261,40 @@ void print_table(const std::vector<PhaseCounts>& rows) {
 }
 
 void print_json(const std::vector<PhaseCounts>& rows) {
-	service::JsonWriter j;
-	j.begin_object().key("rows").begin_array();
+	Json out{{"rows", Json::array()}};
 	for (const PhaseCounts& r : rows) {
-		j.begin_object();
-		write_raw(j, r);
-		j.key("per_packet").begin_object();
-		j.field("direct_share", ratio(r.direct_writes, r.to_tun));
-		j.field("syscalls_to_tun", ratio(r.to_tun_syscalls(), r.to_tun));
-		j.field("syscalls_from_tun", ratio(r.from_tun_syscalls(), r.from_tun));
-		j.field("syscalls", ratio(r.to_tun_syscalls() + r.from_tun_syscalls(), r.packets()));
-		j.field("kicks", ratio(r.kicks(), r.packets()));
-		j.field("wakeups", ratio(r.poll_waits, r.packets()));
-		j.field("polls", ratio(r.polls, r.packets()));
-		j.field("tx_ring_packets_per_batch", ratio(r.tx_ring, r.tx_batches()));
-		j.field("tx_kicks_per_batch", ratio(r.tx_kicks, r.tx_batches()));
-		j.end_object();
-		j.key("goals").begin_array();
+		Json row = raw_json(r);
+		row["per_packet"] =
+		    Json{{"direct_share", json_round3(ratio(r.direct_writes, r.to_tun))},
+		         {"syscalls_to_tun", json_round3(ratio(r.to_tun_syscalls(), r.to_tun))},
+		         {"syscalls_from_tun", json_round3(ratio(r.from_tun_syscalls(), r.from_tun))},
+		         {"syscalls",
+		          json_round3(ratio(r.to_tun_syscalls() + r.from_tun_syscalls(), r.packets()))},
+		         {"kicks", json_round3(ratio(r.kicks(), r.packets()))},
+		         {"wakeups", json_round3(ratio(r.poll_waits, r.packets()))},
+		         {"polls", json_round3(ratio(r.polls, r.packets()))},
+		         {"tx_ring_packets_per_batch", json_round3(ratio(r.tx_ring, r.tx_batches()))},
+		         {"tx_kicks_per_batch", json_round3(ratio(r.tx_kicks, r.tx_batches()))}};
+		Json& goals = row["goals"] = Json::array();
 		for (const Goal& g : goals_for(r))
-			j.begin_object()
-			    .field("goal", g.what)
-			    .field("met", g.met)
-			    .field("measured", g.measured)
-			    .field("figure_only", g.figure_only)
-			    .end_object();
-		j.end_array();
-		j.end_object();
+			goals.push_back(Json{{"goal", g.what},
+			                     {"met", g.met},
+			                     {"measured", g.measured},
+			                     {"figure_only", g.figure_only}});
+		out["rows"].push_back(std::move(row));
 	}
-	j.end_array().end_object();
-	std::printf("%s\n", j.str().c_str());
+	std::printf("%s\n", service::json_text(out).c_str());
 }
 
-int cmd_table(const std::vector<std::string>& args) {
+/// The arguments of `table`.
+struct TableArgs {
 	bool json = false, check = false;
-	std::string file;
-	for (const std::string& a : args) {
-		if (a == "--json")
-			json = true;
-		else if (a == "--check")
-			check = true;
-		else if (file.empty() && a.rfind("--", 0) != 0)
-			file = a;
-		else
-			throw UsageError("unknown argument " + a);
-	}
-	if (file.empty()) throw UsageError("table wants a ROWS file (lines written by `row`)");
+	std::string file; ///< ROWS
+};
+
+int cmd_table(const TableArgs& args) {
+	const bool json = args.json, check = args.check;
+	const std::string& file = args.file;
 	std::ifstream in(file);
 	if (!in) throw std::runtime_error("cannot read " + file);
 	std::vector<PhaseCounts> rows;
@@ -359,21 +322,19 @@ int cmd_table(const std::vector<std::string>& args) {
 
 } // namespace
 
-PhaseCounts phase_counts(const JsonValue& before, const JsonValue& after, const std::string& phase) {
-	if (before.kind != JsonValue::Kind::array || after.kind != JsonValue::Kind::array ||
-	    before.items.size() != after.items.size() || before.items.empty())
+PhaseCounts phase_counts(const Json& before, const Json& after, const std::string& phase) {
+	if (!before.is_array() || !after.is_array() || before.size() != after.size() || before.empty())
 		throw std::runtime_error("the snapshots must be arrays of the same gateways' status");
 	PhaseCounts row;
 	row.phase = phase;
-	for (size_t i = 0; i < after.items.size(); i++) {
-		const std::string m = mode_of(after.items[i]);
-		if (mode_of(before.items[i]) != m)
-			throw std::runtime_error("a gateway changed its tun_io mode");
+	for (size_t i = 0; i < after.size(); i++) {
+		const std::string m = mode_of(after[i]);
+		if (mode_of(before[i]) != m) throw std::runtime_error("a gateway changed its tun_io mode");
 		if (i == 0)
 			row.mode = m;
 		else if (row.mode != m)
 			row.mode += "/" + m;
-		add_delta(row, before.items[i], after.items[i]);
+		add_delta(row, before[i], after[i]);
 	}
 	return row;
 }
@@ -445,26 +406,60 @@ double percentile(std::vector<double> v, double p) {
 	return v[std::clamp(rank, size_t(1), v.size()) - 1];
 }
 
-int run_vhost_counts(const std::vector<std::string>& args) {
-	try {
-		if (args.empty()) throw UsageError("which step? snapshot, row or table");
-		const std::vector<std::string> rest(args.begin() + 1, args.end());
-		if (args[0] == "snapshot") return cmd_snapshot(rest);
-		if (args[0] == "row") return cmd_row(rest);
-		if (args[0] == "table") return cmd_table(rest);
-		if (args[0] == "-h" || args[0] == "--help") {
-			std::printf("usage: esptun-bench\n%s", kVhostCountsUsage);
-			return 0;
-		}
-		throw UsageError("unknown step " + args[0]);
-	} catch (const UsageError& e) {
-		std::fprintf(stderr, "esptun-bench vhost-counts: %s\nusage:\n%s", e.what(),
-		             kVhostCountsUsage);
-		return 2;
-	} catch (const std::exception& e) {
-		std::fprintf(stderr, "esptun-bench vhost-counts: %s\n", e.what());
-		return 1;
-	}
+cli::Verb add_vhost_counts(CLI::App& bench) {
+	CLI::App* verb = cli::add_verb(
+	    bench, "vhost-counts", "per-packet tun-side cost of a phase from the gateways' counters",
+	    "Three steps: snapshot the gateways' status before and after a phase, a row\n"
+	    "of counter deltas per phase, a table of the rows (docs/vhost-counts.md).");
+	verb->require_subcommand(1);
+
+	auto socks = std::make_shared<std::vector<std::string>>();
+	CLI::App* snapshot = cli::add_verb(
+	    *verb, "snapshot",
+	    "the status of running gateways (their control sockets) as one JSON array on stdout");
+	snapshot->add_option("SOCKET", *socks, "a gateway's control socket")->required()->default_str("");
+
+	auto row = std::make_shared<RowArgs>();
+	CLI::App* row_verb = cli::add_verb(
+	    *verb, "row", "one JSON line: the tun-side counter deltas between two snapshot files",
+	    "One JSON line: the tun-side counter deltas between two snapshot files,\n"
+	    "summed over the gateways, with their tun_io mode; with --accel also the\n"
+	    "phase's ping RTT p50/p99 (from ping's output) or its throughput.");
+	row_verb->add_option("--phase", row->phase, "the phase's name")->type_name("NAME")->required();
+	row_verb->add_option("--accel", row->accel, "the VM's accelerator, for timed figures")
+	    ->type_name("A");
+	row_verb->add_option("--ping-log", row->ping_log, "ping's output during the phase")
+	    ->type_name("FILE");
+	row_verb->add_option("--bytes", row->bytes, "bytes moved in the phase")
+	    ->type_name("N")
+	    ->check(positive())
+	    ->default_str("");
+	row_verb->add_option("--elapsed-ms", row->elapsed_ms, "how long the phase took")
+	    ->type_name("MS")
+	    ->check(positive())
+	    ->default_str("");
+	row_verb->add_option("BEFORE AFTER", row->files, "the snapshot files")
+	    ->expected(2)
+	    ->required()
+	    ->default_str("");
+
+	auto table = std::make_shared<TableArgs>();
+	CLI::App* table_verb =
+	    cli::add_verb(*verb, "table", "per-packet system calls, kicks and wake-ups of each row",
+	                  "Per-packet system calls, kicks and wake-ups of each row; --check exits 1 when\n"
+	                  "a vhost row misses issue 3's goals (phases named one-in-flight and bulk);\n"
+	                  "FIGURE lines are reported, not held.");
+	table_verb->add_flag("--json", table->json, "JSON instead of the table");
+	table_verb->add_flag("--check", table->check, "exit 1 when a goal is missed");
+	table_verb->add_option("ROWS", table->file, "the lines written by `row`")->required();
+
+	return {verb, [=] {
+		        if (snapshot->parsed())
+			        return cli::run_verb(*snapshot, [&] { return cmd_snapshot(*socks); });
+		        if (row_verb->parsed())
+			        return cli::run_verb(*row_verb, [&] { return cmd_row(*row); });
+		        return cli::run_verb(*table_verb, [&] { return cmd_table(*table); });
+	        }};
 }
 
 } // namespace esptun::bench::vhost_counts

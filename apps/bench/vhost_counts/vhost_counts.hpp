@@ -11,16 +11,14 @@
 //                             holds the rows to issue 3's goals
 #pragma once
 
-#include "service/json_reader.hpp"
+#include "apps/cli/options.hpp"
+#include "service/json_io.hpp"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace esptun::bench::vhost_counts {
-
-/// Usage lines of the vhost-counts command (for the top-level usage text).
-extern const char* const kVhostCountsUsage;
 
 /**
  * PhaseCounts - counter deltas of one phase, summed over the gateways.
@@ -59,8 +57,7 @@ struct PhaseCounts {
  * objects, the same gateways in the same order)
  * Throws std::runtime_error when the snapshots do not match or lack counters.
  */
-PhaseCounts phase_counts(const service::JsonValue& before, const service::JsonValue& after,
-                         const std::string& phase);
+PhaseCounts phase_counts(const service::Json& before, const service::Json& after, const std::string& phase);
 
 /// Goal - one of issue 3's goals applied to one row.
 struct Goal {
@@ -96,10 +93,10 @@ std::vector<double> ping_rtts_ms(std::string_view text);
 double percentile(std::vector<double> v, double p);
 
 /**
- * run_vhost_counts() - the vhost-counts command
- * @args: the arguments after "vhost-counts"
- * Return: exit status: 0 ok, 1 failed (or a goal missed with --check), 2 usage
+ * add_vhost_counts() - the vhost-counts command and its steps (snapshot,
+ * row, table) on @bench (esptun-bench's app) and what runs them: exit
+ * status 0 ok, 1 failed (or a goal missed with --check), 2 usage
  */
-int run_vhost_counts(const std::vector<std::string>& args);
+cli::Verb add_vhost_counts(CLI::App& bench);
 
 } // namespace esptun::bench::vhost_counts

@@ -214,3 +214,52 @@ TEST_CASE("rekey_bytes and rekey_packets: off by default, with a floor against r
 	CHECK(error_of(with(kGateway, "dpd_interval = 10", "rekey_packets = -1"))
 	          .find("rekey_packets -1 is out of range") != std::string::npos);
 }
+
+TEST_CASE("allow_weak: weak IKE algorithms are refused without it, with how to opt in") {
+	const std::string weak_ike = with(kGateway, "\"aes128-sha256-modp2048\"", "\"aes256-sha1-modp1024\"");
+	const std::string err = error_of(weak_ike);
+	CAPTURE(err);
+	CHECK(err.find("t.toml:12: ike_proposals entry 'aes256-sha1-modp1024': 'sha1' is refused") !=
+	      std::string::npos);
+	CHECK(err.find("set allow_weak = true in its [[peer]] table") != std::string::npos);
+	CHECK(error_of(with(kGateway, "\"aes128-sha256-modp2048\"", "\"aes128gcm16-prfsha1-x25519\""))
+	          .find("'prfsha1' is refused") != std::string::npos);
+
+	// With the opt-in (written before or after the proposals: TOML has no order).
+	for (const std::string& text :
+	     {with(weak_ike, "dpd_interval = 10", "dpd_interval = 10\nallow_weak = true"),
+	      with(weak_ike, "remote_id = ", "allow_weak = true\nremote_id = ")}) {
+		Config c = parse_config(text, "t.toml", Role::gateway);
+		const IkePeerConfig& ike = *c.peers.at(0).ike;
+		CHECK(ike.allow_weak);
+		REQUIRE(ike.ike_proposals.size() == 2);
+		CHECK(ike.ike_proposals[1].dh == ike::DhGroup::modp1024);
+		CHECK(ike.ike_proposals[1].prf == ike::PrfId::hmac_sha1);
+		CHECK(ike.ike_proposals[1].integ == ike::IntegId::hmac_sha1_96);
+	}
+	// Off by default; a boolean; only for IKE peers; never opens what esptun lacks.
+	CHECK_FALSE(parse_config(kGateway, "t.toml", Role::gateway).peers.at(0).ike->allow_weak);
+	CHECK(error_of(with(kGateway, "dpd_interval = 10", "allow_weak = \"yes\"")).find("allow_weak") !=
+	      std::string::npos);
+	CHECK(error_of(with(with(kGateway, "dpd_interval = 10", "allow_weak = true"), "\"aes128-sha1-noesn\"",
+	                    "\"aes128-md5\""))
+	          .find("'md5' is refused") != std::string::npos);
+	CHECK(error_of(with(with(kGateway, "dpd_interval = 10", "allow_weak = true"),
+	                    "\"aes128-sha256-modp2048\"", "\"aes128-sha256-modp1536\""))
+	          .find("1536-bit MODP is too weak") != std::string::npos);
+}
+
+TEST_CASE("the new groups parse in both proposal lists without any opt-in") {
+	Config c = parse_config(with(with(kGateway, "\"aes128-sha256-modp2048\"",
+	                                  "\"aes256-sha384-ecp384\", \"aes256gcm16-prfsha512-modp4096\", "
+	                                  "\"aes128gcm16-prfsha256-modp3072\""),
+	                             "\"aes128-sha1-noesn\"", "\"aes128gcm16-ecp384\""),
+	                        "t.toml", Role::gateway);
+	const IkePeerConfig& ike = *c.peers.at(0).ike;
+	REQUIRE(ike.ike_proposals.size() == 4);
+	CHECK(ike.ike_proposals[1].dh == ike::DhGroup::ecp384);
+	CHECK(ike.ike_proposals[2].dh == ike::DhGroup::modp4096);
+	CHECK(ike.ike_proposals[2].prf == ike::PrfId::hmac_sha512);
+	CHECK(ike.ike_proposals[3].dh == ike::DhGroup::modp3072);
+	CHECK(ike.esp_proposals.at(0).pfs == ike::DhGroup::ecp384);
+}

@@ -64,16 +64,20 @@ uint32_t be32_at(const Bytes& b, size_t off) {
  * through ciphertext, truncated; GCM: tag over the AAD of RFC 5282 section
  * 5.1 with nonce salt | IV), the padding rule documented in crypto.cpp
  * (CBC least padding to 16; GCM none), and returns the inner chain.
+ * @fields: bytes between the generic header and the IV: 0 for SK, 4 for SKF
+ * (Fragment Number, Total Fragments: RFC 7383 section 2.5 puts them in the
+ * AAD with the generic header, and under the CBC ICV like everything else).
  */
-std::optional<Bytes> rfc_decode(const IkeSuite& s, const Keys& k, const Bytes& msg, size_t sk_off) {
+std::optional<Bytes> rfc_decode(const IkeSuite& s, const Keys& k, const Bytes& msg, size_t sk_off,
+                                size_t fields = 0) {
 	const bool gcm = s.encr == EncrId::aes_gcm_16;
 	const size_t iv_len = gcm ? 8 : 16, icv_len = gcm ? 16 : integ_icv_len(s.integ);
 	const size_t sk_len = msg.size() - sk_off;
 	CHECK(be32_at(msg, 24) == msg.size());
 	CHECK((size_t(msg[sk_off + 2]) << 8 | msg[sk_off + 3]) == sk_len);
 	CHECK(msg[sk_off + 1] == 0);
-	const size_t ct_len = sk_len - 4 - iv_len - icv_len;
-	const uint8_t* iv = msg.data() + sk_off + 4;
+	const size_t ct_len = sk_len - 4 - fields - iv_len - icv_len;
+	const uint8_t* iv = msg.data() + sk_off + 4 + fields;
 	const uint8_t* ct = iv + iv_len;
 	const uint8_t* icv = ct + ct_len;
 	Bytes pt(ct_len + 16);
@@ -86,7 +90,7 @@ std::optional<Bytes> rfc_decode(const IkeSuite& s, const Keys& k, const Bytes& m
 		nonce.insert(nonce.end(), iv, iv + 8);
 		ok = EVP_DecryptInit_ex(c, key_len == 16 ? EVP_aes_128_gcm() : EVP_aes_256_gcm(), nullptr,
 		                        k.enc.data(), nonce.data()) == 1 &&
-		     EVP_DecryptUpdate(c, nullptr, &n, msg.data(), int(sk_off + 4)) == 1 &&
+		     EVP_DecryptUpdate(c, nullptr, &n, msg.data(), int(sk_off + 4 + fields)) == 1 &&
 		     EVP_DecryptUpdate(c, pt.data(), &n, ct, int(ct_len)) == 1 &&
 		     EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, 16, const_cast<uint8_t*>(icv)) == 1 &&
 		     EVP_DecryptFinal_ex(c, pt.data() + n, &fin) == 1;
@@ -293,4 +297,59 @@ TEST_CASE("overhead() is header + IV + least padding + Pad Length + ICV") {
 	CHECK(c.overhead(16) == 4 + 16 + 15 + 1 + 16);
 	CHECK(g.overhead(0) == 4 + 8 + 1 + 16);
 	CHECK(g.overhead(1234) == 4 + 8 + 1 + 16);
+}
+
+TEST_CASE("seal_fragment(): the SKF layout of RFC 7383 section 2.5, its fields authenticated") {
+	for (const auto& s : all_suites()) {
+		CAPTURE(encr_name(s.encr, s.key_bits));
+		CAPTURE(integ_name(s.integ));
+		const Keys k = keys_for(s, 0x51);
+		SkCipher tx(s, k.enc, k.integ), rx(s, k.enc, k.integ);
+		for (size_t len : {0u, 1u, 15u, 16u, 17u, 500u}) {
+			CAPTURE(len);
+			const Bytes inner = pattern(len, uint8_t(len + 3));
+			Bytes msg = ike_header(53);
+			tx.seal_fragment(msg, 35, 2, 7, inner);
+			CHECK(msg[28] == 35);
+			CHECK(msg[29] == 0);
+			CHECK(to_hex(std::span(msg).subspan(32, 4)) ==
+			      "00020007"); // Fragment Number, Total Fragments
+			const auto decoded = rfc_decode(s, k, msg, 28, 4);
+			REQUIRE(decoded);
+			CHECK(*decoded == inner);
+			const auto opened = rx.open_fragment(msg, 28);
+			REQUIRE(opened);
+			CHECK(*opened == inner);
+			// open() reads it as SK: the fields would be IV bytes, and it fails.
+			CHECK(!rx.open(msg, 28));
+			// Every bit of the fields and the generic header is covered.
+			for (size_t byte = 28; byte < 36; byte++) {
+				for (int bit = 0; bit < 8; bit++) {
+					Bytes bad = msg;
+					bad[byte] ^= uint8_t(1 << bit);
+					CHECK_MESSAGE(!rx.open_fragment(bad, 28), byte, ":", bit);
+				}
+			}
+		}
+	}
+}
+
+TEST_CASE("fragment_capacity() is the most one SKF payload of that size carries") {
+	for (const auto& s : all_suites()) {
+		CAPTURE(encr_name(s.encr, s.key_bits));
+		CAPTURE(integ_name(s.integ));
+		const Keys k = keys_for(s, 0x11);
+		SkCipher tx(s, k.enc, k.integ);
+		for (size_t skf_len : {100u, 257u, 500u, 1100u, 1212u}) {
+			CAPTURE(skf_len);
+			const size_t cap = tx.fragment_capacity(skf_len);
+			REQUIRE(cap > 0);
+			Bytes fits = ike_header(53), over = ike_header(53);
+			tx.seal_fragment(fits, 35, 1, 1, pattern(cap, 1));
+			tx.seal_fragment(over, 35, 1, 1, pattern(cap + 1, 1));
+			CHECK(fits.size() - 28 <= skf_len);
+			CHECK(over.size() - 28 > skf_len);
+		}
+		CHECK(tx.fragment_capacity(20) == 0);
+	}
 }

@@ -75,8 +75,8 @@ TEST_CASE("names are strongSwan's proposal keywords") {
 	CHECK(dh_name(DhGroup::curve25519) == "x25519");
 	CHECK(dh_name(DhGroup::ecp256) == "ecp256");
 	CHECK(dh_name(DhGroup::modp2048) == "modp2048");
-	CHECK(prf_name(PrfId(2)) == "unknown");
-	CHECK(dh_name(DhGroup(2)) == "unknown");
+	CHECK(prf_name(PrfId(1)) == "unknown");  // PRF_HMAC_MD5
+	CHECK(dh_name(DhGroup(5)) == "unknown"); // MODP-1536
 }
 
 TEST_CASE("known_* accept exactly the IANA IDs implemented") {
@@ -88,9 +88,9 @@ TEST_CASE("known_* accept exactly the IANA IDs implemented") {
 		if (known_dh(uint16_t(id))) dh.insert(uint16_t(id));
 	}
 	CHECK(encr == std::set<uint16_t>{12, 20});
-	CHECK(prf_ids == std::set<uint16_t>{5, 6, 7});
-	CHECK(integ == std::set<uint16_t>{0, 12, 13, 14});
-	CHECK(dh == std::set<uint16_t>{14, 19, 31});
+	CHECK(prf_ids == std::set<uint16_t>{2, 5, 6, 7});
+	CHECK(integ == std::set<uint16_t>{0, 2, 12, 13, 14});
+	CHECK(dh == std::set<uint16_t>{2, 14, 15, 16, 19, 20, 31});
 }
 
 TEST_CASE("transform lengths follow RFC 4868 and RFC 5282") {
@@ -131,8 +131,8 @@ TEST_CASE("valid_suite wants integrity exactly when the cipher is not AEAD") {
 	CHECK_FALSE(valid_suite(with(cbc, [](IkeSuite& s) { s.integ = IntegId::none; })));
 	CHECK_FALSE(valid_suite(with(gcm, [](IkeSuite& s) { s.key_bits = 192; })));
 	CHECK_FALSE(valid_suite(with(cbc, [](IkeSuite& s) { s.key_bits = 512; })));
-	CHECK_FALSE(valid_suite(with(cbc, [](IkeSuite& s) { s.prf = PrfId(2); })));
-	CHECK_FALSE(valid_suite(with(cbc, [](IkeSuite& s) { s.dh = DhGroup(2); })));
+	CHECK_FALSE(valid_suite(with(cbc, [](IkeSuite& s) { s.prf = PrfId(1); })));
+	CHECK_FALSE(valid_suite(with(cbc, [](IkeSuite& s) { s.dh = DhGroup(5); })));
 	CHECK_FALSE(valid_suite(with(cbc, [](IkeSuite& s) { s.encr = EncrId(3); })));
 }
 
@@ -201,7 +201,7 @@ TEST_CASE("prf() is HMAC-SHA2: RFC 4231 test cases 1, 2, 3, 4, 6 and 7") {
 TEST_CASE("prf() takes an empty key and refuses an unknown PRF") {
 	// HMAC with an empty key is the key of all zero bytes (RFC 2104 pads it).
 	CHECK(prf(PrfId::hmac_sha256, {}, ascii("x")) == prf(PrfId::hmac_sha256, Bytes(64, 0), ascii("x")));
-	CHECK_THROWS(prf(PrfId(2), ascii("k"), ascii("x")));
+	CHECK_THROWS(prf(PrfId(1), ascii("k"), ascii("x")));
 }
 
 TEST_CASE("prf+ chains T1 = prf(K, S | 1), T2 = prf(K, T1 | S | 2) and stops at 255 blocks") {
@@ -383,8 +383,8 @@ TEST_CASE("the known-key constructor checks the private key") {
 	CHECK_THROWS_AS(DhKeyPair(DhGroup::modp2048, Bytes{}), std::invalid_argument);
 	CHECK_THROWS_AS(DhKeyPair(DhGroup::modp2048, Bytes(4, 0)), std::invalid_argument);
 	CHECK_THROWS_AS(DhKeyPair(DhGroup::modp2048, Bytes(257, 1)), std::invalid_argument);
-	CHECK_THROWS_AS(DhKeyPair(DhGroup(2)), std::invalid_argument);
-	CHECK_THROWS_AS(DhKeyPair(DhGroup(2), Bytes(32, 1)), std::invalid_argument);
+	CHECK_THROWS_AS(DhKeyPair(DhGroup(5)), std::invalid_argument);
+	CHECK_THROWS_AS(DhKeyPair(DhGroup(21), Bytes(32, 1)), std::invalid_argument);
 }
 
 TEST_CASE("derive_ike_keys gives each key the suite's length and refuses bad suites") {

@@ -77,7 +77,7 @@ TEST_CASE("ESP proposal strings take a key exchange group for PFS, weak ones ref
 	CHECK(err.find("'modp1024' is refused") != std::string::npos);
 	CHECK(!parse_esp_proposal("aes128gcm16-x25519-ecp256", err));
 	CHECK(err.find("two key exchange groups") != std::string::npos);
-	CHECK(!parse_esp_proposal("aes128gcm16-ecp384", err));
+	CHECK(!parse_esp_proposal("aes128gcm16-ecp521", err));
 	CHECK(err.find("perfect forward secrecy") != std::string::npos);
 	CHECK(!parse_esp_proposal("x25519", err));
 }
