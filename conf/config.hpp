@@ -4,10 +4,12 @@
 
 #include "base/inet.hpp"
 #include "crypto/esp_transform.hpp"
+#include "ike/cert.hpp"
 #include "ike/proposal.hpp"
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -53,9 +55,13 @@ struct SaConfig {
 	SecretBytes auth_key; ///< CBC-HMAC only
 };
 
-/// A peer keyed by IKEv2 (it has psk or psk_file instead of [peer.out]/[peer.in]).
+/// A peer keyed by IKEv2 (it has psk, psk_file or cert_file instead of [peer.out]/[peer.in]).
 struct IkePeerConfig {
-	SecretBytes psk;       ///< wiped when freed; never in a message
+	SecretBytes psk; ///< wiped when freed; never in a message; empty with certificates
+	/// Certificate authentication (cert_file, private_key_file,
+	/// cert_chain_file; ca_dir, crl_files), read at load time: both set, or neither.
+	std::shared_ptr<const ike::Credentials> credentials;
+	std::shared_ptr<const ike::TrustStore> trust;
 	std::string local_id;  ///< our identity towards this peer ([tunnel] local_id unless set)
 	std::string remote_id; ///< the identity the peer must prove; default: the peer's name
 	std::vector<ike::IkeSuite> ike_proposals = ike::default_ike_proposals();

@@ -4,9 +4,132 @@
 #include "conf/loader.hpp"
 #include "ike/engine.hpp"
 
+#include <sys/stat.h>
 #include <tuple>
+#include <unistd.h>
 
 namespace esptun::conf::detail {
+
+namespace {
+/// Stands in for the PSK text of a peer that authenticates with certificates.
+constexpr const char* kNoPsk = "";
+/// A certificate, chain, CA or CRL file larger than this is refused.
+constexpr size_t kPemFileMax = 256 * 1024;
+/// At most this many CA files in ca_dir, and CRL files in crl_files.
+constexpr size_t kMaxCaFiles = 64;
+} // namespace
+
+SecretString Loader::read_pem(const Found<std::string>& f, const std::string& what, bool secret) {
+	if (f.value.empty() || f.value.find('\0') != std::string::npos)
+		fail(f.line, what + " must name a file");
+	const fs::path path = fs::path(f.value).is_absolute() ? fs::path(f.value) : base_dir_ / f.value;
+	const std::string name = path.string();
+	FileFacts st;
+	if (auto err = files_.stat(path, st); !err.empty())
+		fail(f.line, "cannot read " + what + " " + name + ": " + err + "; check the path");
+	if (!S_ISREG(st.mode)) fail(f.line, what + " " + name + " is not a regular file");
+	auto check_secret = [&](const FileFacts& facts) {
+		if (!secret) return;
+		if (auto err = check_secret_mode(what, name, facts.mode); !err.empty()) fail(f.line, err);
+		if (facts.uid != 0 && facts.uid != ::geteuid())
+			fail(f.line, what + " " + name + " is owned by uid " + std::to_string(facts.uid) +
+			                 "; a private key must be owned by root (chown root " + name + ")");
+	};
+	check_secret(st);
+	if (st.size > kPemFileMax)
+		fail(f.line, what + " " + name + " is larger than " + std::to_string(kPemFileMax) + " bytes");
+	SecretString text;
+	if (auto err = files_.read(path, kPemFileMax, text, st); !err.empty())
+		fail(f.line,
+		     "cannot read " + what + " " + name + ": " + err + "; check its owner and permissions");
+	check_secret(st); // again on the file actually opened (it may have been replaced)
+	return text;
+}
+
+void Loader::parse_ike_certs(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike) {
+	constexpr std::string_view where = "[[peer]]";
+	const std::string of = " of peer " + q(peer.name);
+	auto cert = get_string(t, "cert_file", where);
+	auto key = get_string(t, "private_key_file", where);
+	auto chain = get_string(t, "cert_chain_file", where);
+	auto ca_dir = get_string(t, "ca_dir", where);
+	int crl_line = 0;
+	auto crls = get_strings(t, "crl_files", where, &crl_line);
+	if (!key)
+		fail(cert->line,
+		     "peer " + q(peer.name) +
+		         " has cert_file but no private_key_file (the certificate's private key, PEM)");
+	if (!ca_dir)
+		fail(cert->line, "peer " + q(peer.name) +
+		                     " has cert_file but no ca_dir (a folder of PEM files with the CA "
+		                     "certificates the peer's certificate must lead to)");
+	// Our own: the certificate, the chain sent after it, the private key.
+	const SecretString cert_pem = read_pem(*cert, "cert_file" + of, false);
+	const SecretString chain_pem =
+	    chain ? read_pem(*chain, "cert_chain_file" + of, false) : SecretString();
+	{
+		const SecretString key_pem = read_pem(*key, "private_key_file" + of, true);
+		std::string err;
+		ike.credentials =
+		    ike::Credentials::load(cert_pem.view(), key_pem.view(), chain_pem.view(), err);
+		if (!ike.credentials)
+			fail(err.find("private key") != std::string::npos ? key->line : cert->line,
+			     "the certificate or key of peer " + q(peer.name) + ": " + err);
+	}
+	const std::optional<ike::Identity> local = ike::parse_identity(ike.local_id);
+	if (!local)
+		fail(cert->line, "peer " + q(peer.name) +
+		                     " authenticates with a certificate, so it needs local_id (here or in "
+		                     "[tunnel]): one of the certificate's subjectAltNames");
+	if (!ike.credentials->certifies(*local))
+		fail(cert->line, "local_id " + q(ike.local_id) + of + " is not in its certificate (" +
+		                     ike.credentials->subject() +
+		                     ") as a subjectAltName (or, for a DN, as the subject); the peer would "
+		                     "refuse it");
+	// The peer's side: the CAs its certificate must lead to, and CRLs.
+	const fs::path dir =
+	    fs::path(ca_dir->value).is_absolute() ? fs::path(ca_dir->value) : base_dir_ / ca_dir->value;
+	std::vector<std::string> names;
+	if (auto err = files_.list(dir, names); !err.empty())
+		fail(ca_dir->line, "cannot list ca_dir" + of + " " + dir.string() + ": " + err);
+	std::vector<SecretString> ca_texts;
+	for (const std::string& n : names) {
+		if (!n.ends_with(".pem") && !n.ends_with(".crt")) continue;
+		if (ca_texts.size() >= kMaxCaFiles)
+			fail(ca_dir->line,
+			     "ca_dir" + of + " has more than " + std::to_string(kMaxCaFiles) + " CA files");
+		const Found<std::string> f{(dir / n).string(), ca_dir->line};
+		ca_texts.push_back(read_pem(f, "CA file", false));
+		std::string err;
+		const std::string_view one[] = {ca_texts.back().view()};
+		if (!ike::TrustStore::load(one, {}, err))
+			fail(ca_dir->line,
+			     "CA file " + (dir / n).string() + " (ca_dir" + of + ")" + ": " + err);
+	}
+	if (ca_texts.empty())
+		fail(ca_dir->line, "ca_dir" + of + " " + dir.string() +
+		                       " holds no CA certificate (files ending in .pem or .crt)");
+	if (crls.size() > kMaxCaFiles)
+		fail(crl_line,
+		     "crl_files" + of + " lists more than " + std::to_string(kMaxCaFiles) + " files");
+	std::vector<SecretString> crl_texts;
+	for (const auto& c : crls) {
+		crl_texts.push_back(read_pem(c, "CRL file", false));
+		std::string err;
+		const std::string_view one_ca[] = {ca_texts.front().view()};
+		const std::string_view one[] = {crl_texts.back().view()};
+		if (!ike::TrustStore::load(one_ca, one, err))
+			fail(c.line, "CRL file " + c.value + of + ": " + err);
+	}
+	std::vector<std::string_view> ca_views, crl_views;
+	for (const auto& c : ca_texts)
+		ca_views.push_back(c.view());
+	for (const auto& c : crl_texts)
+		crl_views.push_back(c.view());
+	std::string err;
+	ike.trust = ike::TrustStore::load(ca_views, crl_views, err);
+	if (!ike.trust) fail(ca_dir->line, "ca_dir" + of + ": " + err);
+}
 
 static_assert(kDefaultIkeFragmentSize == ike::kDefaultFragmentSize);
 
@@ -17,10 +140,18 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 	auto file = get_string(t, "psk_file", where);
 	if (inline_psk && file)
 		fail(file->line, "give either 'psk' or 'psk_file' for peer " + q(peer.name) + ", not both");
+	if (t.contains("cert_file")) {
+		if (inline_psk || file)
+			fail((inline_psk ? inline_psk->line : file->line),
+			     "peer " + q(peer.name) +
+			         " has both a pre-shared key and cert_file; give one way to authenticate");
+	}
 	int line = 0;
 	std::filesystem::path path;
+	const bool certs = t.contains("cert_file");
 	const SecretString text =
-	    secret_text(inline_psk, file, "'psk_file' of peer " + q(peer.name), line, path);
+	    certs ? SecretString(std::string_view(kNoPsk))
+	          : secret_text(inline_psk, file, "'psk_file' of peer " + q(peer.name), line, path);
 	// strongSwan's convention: "0x..." is hex, anything else is the key's bytes as written.
 	if (text.starts_with("0x") || text.starts_with("0X")) {
 		if (auto err = decode_hex_key(text.view(), ike.psk); !err.empty())
@@ -28,7 +159,8 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 	} else {
 		ike.psk.assign(text.begin(), text.end());
 	}
-	if (ike.psk.size() < kMinPskLen)
+	if (certs) ike.psk.clear();
+	if (!certs && ike.psk.size() < kMinPskLen)
 		fail(line, "the pre-shared key of peer " + q(peer.name) + " is " +
 		               std::to_string(ike.psk.size()) + " bytes; use at least " +
 		               std::to_string(kMinPskLen) +
@@ -38,13 +170,16 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 		auto v = get_string(t, key, where);
 		std::string id = v ? v->value : std::move(fallback);
 		if (v && !ike::parse_identity(v->value))
-			fail(v->line, q(key) + " of peer " + q(peer.name) +
-			                  " is empty; write an FQDN (\"gw.example.com\"), an e-mail style ID "
-			                  "(\"alice@example.com\") or an IP address");
+			fail(v->line,
+			     q(key) + " of peer " + q(peer.name) +
+			         " is empty or not a valid distinguished name; write an FQDN "
+			         "(\"gw.example.com\"), an e-mail style ID (\"alice@example.com\"), an IP "
+			         "address or a DN (\"CN=gw.example.com, O=Example\")");
 		return id;
 	};
 	ike.local_id = identity("local_id", config_.tunnel.local_id);
 	ike.remote_id = identity("remote_id", peer.name);
+	if (certs) parse_ike_certs(t, peer, ike);
 
 	if (auto v = get_bool(t, "allow_weak", where)) ike.allow_weak = v->value;
 	int list_line = 0;

@@ -6,8 +6,14 @@
 namespace esptun::conf {
 namespace {
 
+/// Loaded from the same contents (both absent counts as the same).
+template <class T> bool same_material(const std::shared_ptr<const T>& a, const std::shared_ptr<const T>& b) {
+	return (!a && !b) || (a && b && a->fingerprint() == b->fingerprint());
+}
+
 bool same_ike(const IkePeerConfig& a, const IkePeerConfig& b) {
-	return a.psk == b.psk && a.local_id == b.local_id && a.remote_id == b.remote_id &&
+	return a.psk == b.psk && same_material(a.credentials, b.credentials) &&
+	       same_material(a.trust, b.trust) && a.local_id == b.local_id && a.remote_id == b.remote_id &&
 	       a.ike_proposals == b.ike_proposals && a.esp_proposals == b.esp_proposals &&
 	       a.local_ts == b.local_ts && a.dpd_interval == b.dpd_interval && a.rekey_time == b.rekey_time &&
 	       a.ike_rekey_time == b.ike_rekey_time && a.rekey_bytes == b.rekey_bytes &&

@@ -3,6 +3,7 @@
 
 #include "conf/checks.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sys/stat.h>
@@ -12,7 +13,8 @@ namespace esptun::conf {
 namespace {
 
 FileFacts facts_of(const struct stat& st) {
-	return {static_cast<uint32_t>(st.st_mode), static_cast<uint64_t>(st.st_size)};
+	return {static_cast<uint32_t>(st.st_mode), static_cast<uint64_t>(st.st_size),
+	        static_cast<uint32_t>(st.st_uid)};
 }
 
 class RealFiles : public FileSource {
@@ -29,6 +31,22 @@ public:
 		std::string err = read_file_wiped(path, max, out, st);
 		facts = facts_of(st);
 		return err;
+	}
+	std::string list(const std::filesystem::path& path, std::vector<std::string>& names) override {
+		names.clear();
+		std::error_code ec;
+		if (!std::filesystem::is_directory(path, ec)) return ec ? ec.message() : "not a directory";
+		for (std::filesystem::directory_iterator it(path, ec), end; !ec && it != end;
+		     it.increment(ec)) {
+			std::error_code type_ec;
+			if (!it->is_regular_file(type_ec)) continue;
+			if (names.size() >= kMaxListed)
+				return "more than " + std::to_string(kMaxListed) + " files";
+			names.push_back(it->path().filename().string());
+		}
+		if (ec) return ec.message();
+		std::sort(names.begin(), names.end());
+		return {};
 	}
 };
 
@@ -59,6 +77,17 @@ std::string RecordingFileSource::read(const std::filesystem::path& path, size_t 
 	return r.error;
 }
 
+std::string RecordingFileSource::list(const std::filesystem::path& path, std::vector<std::string>& names) {
+	FileRecord& r = records_.emplace_back();
+	r.op = FileRecord::Op::list;
+	r.path = path.string();
+	r.error = inner_.list(path, names);
+	if (r.error.empty())
+		for (const std::string& n : names)
+			r.data += n + "\n";
+	return r.error;
+}
+
 const FileRecord* ReplayFileSource::take(FileRecord::Op op, const std::filesystem::path& path) {
 	if (next_ >= records_.size()) return nullptr;
 	const FileRecord& r = records_[next_];
@@ -85,6 +114,22 @@ std::string ReplayFileSource::read(const std::filesystem::path& path, size_t max
 	// this loader, and is refused as read_file_wiped() refuses a big file.
 	if (r->data.size() > max) return "larger than " + std::to_string(max) + " bytes";
 	out = r->data;
+	return {};
+}
+
+std::string ReplayFileSource::list(const std::filesystem::path& path, std::vector<std::string>& names) {
+	names.clear();
+	const FileRecord* r = take(FileRecord::Op::list, path);
+	if (!r) return kNotRecorded;
+	if (!r->error.empty()) return r->error;
+	std::string_view rest = r->data.view();
+	while (!rest.empty()) {
+		const size_t nl = rest.find('\n');
+		if (nl == std::string_view::npos || nl == 0 || names.size() >= kMaxListed)
+			return kNotRecorded;
+		names.emplace_back(rest.substr(0, nl));
+		rest.remove_prefix(nl + 1);
+	}
 	return {};
 }
 

@@ -26,6 +26,7 @@ namespace esptun::conf {
 struct FileFacts {
 	uint32_t mode = 0; ///< st_mode: file type and permission bits
 	uint64_t size = 0; ///< st_size
+	uint32_t uid = 0;  ///< st_uid: the owner
 };
 
 /// The loader's only way to the file system.
@@ -45,6 +46,15 @@ public:
 	 */
 	virtual std::string read(const std::filesystem::path& path, size_t max, SecretString& out,
 	                         FileFacts& facts) = 0;
+	/**
+	 * list() - the names of the regular files in the directory @path
+	 * (symbolic links followed), sorted, at most kMaxListed of them
+	 * @names: set when the call succeeds
+	 * Return: "" or why not (strerror(3) text, "not a directory", "more
+	 * than N files").
+	 */
+	virtual std::string list(const std::filesystem::path& path, std::vector<std::string>& names) = 0;
+	static constexpr size_t kMaxListed = 256;
 };
 
 /// real_files() - the file system: stat(2) and read_file_wiped().
@@ -52,12 +62,13 @@ FileSource& real_files();
 
 /// One call a FileSource answered, with its answer.
 struct FileRecord {
-	enum class Op : uint8_t { stat = 1, read = 2 };
+	enum class Op : uint8_t { stat = 1, read = 2, list = 3 };
 	Op op = Op::stat;
 	std::string path;
 	std::string error; ///< "" when the call succeeded
 	FileFacts facts;
-	SecretString data; ///< read only: the bytes (key files are secrets; wiped when freed)
+	SecretString data; ///< read: the bytes (key files are secrets; wiped when freed);
+	                   ///< list: the names, each ended by '\n'
 };
 
 /// Passes each call to another source and keeps the call with its answer.
@@ -67,6 +78,7 @@ public:
 	std::string stat(const std::filesystem::path& path, FileFacts& facts) override;
 	std::string read(const std::filesystem::path& path, size_t max, SecretString& out,
 	                 FileFacts& facts) override;
+	std::string list(const std::filesystem::path& path, std::vector<std::string>& names) override;
 	/// The calls so far, oldest first.
 	std::vector<FileRecord>& records() noexcept { return records_; }
 
@@ -89,6 +101,7 @@ public:
 	std::string stat(const std::filesystem::path& path, FileFacts& facts) override;
 	std::string read(const std::filesystem::path& path, size_t max, SecretString& out,
 	                 FileFacts& facts) override;
+	std::string list(const std::filesystem::path& path, std::vector<std::string>& names) override;
 	/// True once every record has been asked for.
 	bool used_up() const noexcept { return next_ == records_.size(); }
 

@@ -116,6 +116,17 @@ private:
 	void parse_allowed_ips(const toml::table& t, PeerConfig& peer, bool may_be_empty);
 	void parse_endpoint_key(const toml::table& t, PeerConfig& peer);
 	IkePeerConfig parse_ike_peer(const toml::table& t, const PeerConfig& peer);
+	void parse_ike_certs(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike);
+	/**
+	 * read_pem() - a PEM file named by a config value, read now (before any
+	 * privilege drop) through files_
+	 * @file:   the value and its line; a relative path is taken from the config's folder
+	 * @what:   what it is, for messages ("cert_file of peer \"b\"")
+	 * @secret: a private key: mode 0600 or stricter, owned by root (or by
+	 *          the user the loader runs as)
+	 */
+	SecretString read_pem(const Found<std::string>& file, const std::string& what, bool secret);
+
 	/// ike_fragment_size in @t ([tunnel] or a [[peer]]), checked; @fallback when absent.
 	uint32_t parse_fragment_size(const toml::table& t, std::string_view where, uint32_t fallback);
 	SaConfig parse_sa(const toml::table& peer_table, const PeerConfig& peer, std::string_view dir,

@@ -16,6 +16,13 @@ std::optional<Identity> parse_identity(std::string_view text) {
 		id.data.assign(ip->bytes.begin(), ip->bytes.begin() + long(ip->size()));
 		return id;
 	}
+	if (text.find('=') != std::string_view::npos) {
+		std::optional<std::vector<uint8_t>> dn = parse_dn(text);
+		if (!dn) return std::nullopt;
+		id.type = IdType::der_asn1_dn;
+		id.data = std::move(*dn);
+		return id;
+	}
 	if (text.front() == '@') {
 		text.remove_prefix(1);
 		if (text.empty()) return std::nullopt;
@@ -35,10 +42,18 @@ std::string identity_text(const Identity& id) {
 		std::copy(id.data.begin(), id.data.end(), a.bytes.begin());
 		return to_string(a);
 	}
+	if (id.type == IdType::der_asn1_dn)
+		if (std::optional<std::string> dn = dn_text(id.data)) return *dn;
 	std::string s;
 	for (uint8_t c : id.data)
 		s += (c >= 0x20 && c < 0x7f) ? char(c) : '?';
 	return s;
+}
+
+bool same_identity(const Identity& a, const Identity& b) {
+	if (a.type == IdType::der_asn1_dn && b.type == IdType::der_asn1_dn)
+		return a.data == b.data || dn_equal(a.data, b.data);
+	return a == b;
 }
 
 TrafficSelector selector_of(const IpPrefix& p) {
@@ -466,6 +481,9 @@ std::vector<IkeSaStatus> Engine::status(Clock::time_point now) const {
 			s.virtual_ips.push_back(to_string(a));
 		for (const IpAddress& a : sa->dns)
 			s.dns.push_back(to_string(a));
+		s.peer_auth = sa->peer_auth;
+		s.peer_subject = sa->peer_subject;
+		s.peer_issuer = sa->peer_issuer;
 		for (const ChildSa& c : sa->children) {
 			ChildStatus cs;
 			cs.spi_in = c.spi_in;

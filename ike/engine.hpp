@@ -19,6 +19,7 @@
 
 #include "base/inet.hpp"
 #include "crypto/esp_transform.hpp"
+#include "ike/cert.hpp"
 #include "ike/keymat.hpp"
 #include "ike/log_budget.hpp"
 #include "ike/message.hpp"
@@ -49,9 +50,13 @@ struct Identity {
 	friend bool operator==(const Identity&, const Identity&) = default;
 };
 /// "192.0.2.1" / "2001:db8::1" -> address, "user@example.com" -> RFC822,
-/// "@example.com" or anything else -> FQDN (without a leading '@').
+/// "CN=gw, O=Example" (anything with '=') -> DER_ASN1_DN, "@example.com" or
+/// anything else -> FQDN (without a leading '@'). nullopt for empty text or
+/// a DN that does not parse.
 std::optional<Identity> parse_identity(std::string_view text);
 std::string identity_text(const Identity& id);
+/// The same identity: byte for byte, or for DNs the same name (X509_NAME_cmp).
+bool same_identity(const Identity& a, const Identity& b);
 
 /// IKE fragments (RFC 7383) are at most this long as IP datagrams (IP and
 /// UDP headers included, as strongSwan's charon.fragment_size counts): the
@@ -66,6 +71,12 @@ inline constexpr uint32_t kMinFragmentSize = 576;
 struct PeerPolicy {
 	std::string name;
 	SecretBytes psk; ///< never logged; wiped when freed
+	/// Certificate authentication, both ways, when both are set (then psk
+	/// is unused): our certificate, chain and key, and the CAs (with CRLs)
+	/// the peer's certificate must lead to (ike/cert.hpp).
+	std::shared_ptr<const Credentials> credentials;
+	std::shared_ptr<const TrustStore> trust;
+	bool uses_certs() const noexcept { return credentials && trust; }
 	Identity local_id, remote_id;
 	std::vector<IkeSuite> ike_proposals;
 	std::vector<EspSuite> esp_proposals;
@@ -257,6 +268,10 @@ struct IkeSaStatus {
 	int64_t rekey_in_s = -1;              ///< until our rekey; -1 = we do not rekey it
 	std::vector<std::string> virtual_ips; ///< handed out (gateway) or received (client)
 	std::vector<std::string> dns;
+	/// How the peer authenticated: "psk", or its key and signature scheme;
+	/// with certificates, its certificate's subject and issuer.
+	std::string peer_auth;
+	std::string peer_subject, peer_issuer;
 	std::vector<ChildStatus> children;
 };
 
@@ -447,6 +462,15 @@ private:
 	void debug_dropped(const Endpoint& from, std::span<const uint8_t> msg, const char* why);
 	void debug_sent(const IkeSa* sa, const Endpoint& to, std::span<const uint8_t> bytes,
 	                std::span<const Payload> inner, const char* what = "sent");
+	/// Our IKE_SA_INIT response's SIGNATURE_HASH_ALGORITHMS and CERTREQ
+	/// (for the CAs of every active peer that uses certificates, at most
+	/// kMaxCertreqCas); nothing when no peer does.
+	std::vector<Payload> cert_init_payloads() const;
+	/// IKE_AUTH with certificates: checks the peer's CERT and AUTH payloads
+	/// in @inner against @pol; "" when they prove @who, else the reason.
+	std::string verify_cert_auth(IkeSa& sa, const PeerPolicy& pol, const Identity& who,
+	                             std::span<const Payload> inner, const AuthPayload& auth,
+	                             std::span<const uint8_t> octets);
 	std::vector<Payload> nat_detection(uint64_t spi_i, uint64_t spi_r, Port via, const Endpoint& remote);
 	bool we_are_behind_nat(const Message& m, uint64_t spi_i, uint64_t spi_r, Port via,
 	                       const Endpoint& remote);

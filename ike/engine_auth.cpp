@@ -50,7 +50,7 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 	const Identity who{idi->type, idi->data};
 	std::optional<size_t> match;
 	for (size_t i = 0; i < peers_.size(); i++)
-		if (active_[i] && peers_[i].remote_id == who) {
+		if (active_[i] && same_identity(peers_[i].remote_id, who)) {
 			match = i;
 			break;
 		}
@@ -68,14 +68,27 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 		return;
 	}
 	const PeerPolicy& pol = peers_[*match];
-	const std::vector<uint8_t> want =
-	    psk_auth(sa.suite.prf, pol.psk, sa.init_request, sa.nr, sa.keys.sk_pi, idi->body());
-	if (auth->method != AuthMethod::psk || !ct_equal(auth->data, want)) {
-		fail_auth("peer " + pol.name + ": authentication failed: " + endpoint_text(sa.remote) +
-		          " (ID '" + identity_text(who) + "') " +
-		          (auth->method != AuthMethod::psk ? "uses an authentication method other than PSK"
-		                                           : "does not prove our pre-shared key"));
-		return;
+	if (pol.uses_certs()) {
+		const std::string why = verify_cert_auth(
+		    sa, pol, who, inner, *auth,
+		    signed_octets(sa.suite.prf, sa.init_request, sa.nr, sa.keys.sk_pi, idi->body()));
+		if (!why.empty()) {
+			fail_auth("peer " + pol.name + ": authentication failed: " +
+			          endpoint_text(sa.remote) + " (ID '" + identity_text(who) + "'): " + why);
+			return;
+		}
+	} else {
+		const std::vector<uint8_t> want =
+		    psk_auth(sa.suite.prf, pol.psk, sa.init_request, sa.nr, sa.keys.sk_pi, idi->body());
+		if (auth->method != AuthMethod::psk || !ct_equal(auth->data, want)) {
+			fail_auth(
+			    "peer " + pol.name + ": authentication failed: " + endpoint_text(sa.remote) +
+			    " (ID '" + identity_text(who) + "') " +
+			    (auth->method != AuthMethod::psk ? "uses an authentication method other than PSK"
+			                                     : "does not prove our pre-shared key"));
+			return;
+		}
+		sa.peer_auth = "psk";
 	}
 	// IKE_SA_INIT chose the IKE SA's suite before we knew who the peer is,
 	// from all peers' ike_proposals together. Now that it has proven who it
@@ -96,9 +109,17 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 	sa.peer = match;
 
 	IdPayload idr{false, pol.local_id.type, pol.local_id.data};
-	std::vector<Payload> reply{
-	    idr, AuthPayload{AuthMethod::psk, psk_auth(sa.suite.prf, pol.psk, sa.init_response, sa.ni,
-	                                               sa.keys.sk_pr, idr.body())}};
+	std::vector<Payload> reply{idr};
+	if (pol.uses_certs()) {
+		for (Payload& p : cert_payloads(*pol.credentials))
+			reply.push_back(std::move(p));
+		reply.push_back(pol.credentials->sign(
+		    signed_octets(sa.suite.prf, sa.init_response, sa.ni, sa.keys.sk_pr, idr.body()),
+		    sa.peer_sig_hashes));
+	} else {
+		reply.push_back(AuthPayload{AuthMethod::psk, psk_auth(sa.suite.prf, pol.psk, sa.init_response,
+		                                                      sa.ni, sa.keys.sk_pr, idr.body())});
+	}
 	// A client asking for a virtual address gets its fixed one(s) or a lease
 	// from the pool, and the DNS servers. Without any address it gets
 	// INTERNAL_ADDRESS_FAILURE and no CHILD_SA (section 3.10.1).
@@ -221,8 +242,8 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 	if (find_notify_in(inner, notify::authentication_failed)) {
 		counters_.auth_failed++;
 		close(sa,
-		      "authentication failed: " + endpoint_text(sa.remote) +
-		          " rejected our identity or pre-shared key (AUTHENTICATION_FAILED)",
+		      "authentication failed: " + endpoint_text(sa.remote) + " rejected our identity or " +
+		          (pol.uses_certs() ? "certificate" : "pre-shared key") + " (AUTHENTICATION_FAILED)",
 		      true, now);
 		return;
 	}
@@ -236,7 +257,7 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 		      true, now);
 		return;
 	}
-	if (!(Identity{idr->type, idr->data} == pol.remote_id)) {
+	if (!same_identity(Identity{idr->type, idr->data}, pol.remote_id)) {
 		counters_.auth_failed++;
 		close(sa,
 		      "authentication failed: the responder identifies as '" +
@@ -245,15 +266,33 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 		      true, now);
 		return;
 	}
-	const std::vector<uint8_t> want =
-	    psk_auth(sa.suite.prf, pol.psk, sa.init_response, sa.ni, sa.keys.sk_pr, idr->body());
-	if (auth->method != AuthMethod::psk || !ct_equal(auth->data, want)) {
-		counters_.auth_failed++;
-		close(sa,
-		      "authentication failed: " + endpoint_text(sa.remote) +
-		          " does not prove our pre-shared key",
-		      true, now);
-		return;
+	if (pol.uses_certs()) {
+		const std::string why = verify_cert_auth(
+		    sa, pol, pol.remote_id, inner, *auth,
+		    signed_octets(sa.suite.prf, sa.init_response, sa.ni, sa.keys.sk_pr, idr->body()));
+		if (!why.empty()) {
+			// The responder authenticated us and holds an established IKE
+			// SA: our Delete ends it (section 2.21.2), so it keeps none.
+			// close() sends a Delete only from an established SA, which is
+			// what this one is to the responder.
+			counters_.auth_failed++;
+			sa.state = IkeSa::State::established;
+			close(sa, "authentication failed: " + endpoint_text(sa.remote) + ": " + why, true,
+			      now, true);
+			return;
+		}
+	} else {
+		const std::vector<uint8_t> want =
+		    psk_auth(sa.suite.prf, pol.psk, sa.init_response, sa.ni, sa.keys.sk_pr, idr->body());
+		if (auth->method != AuthMethod::psk || !ct_equal(auth->data, want)) {
+			counters_.auth_failed++;
+			close(sa,
+			      "authentication failed: " + endpoint_text(sa.remote) +
+			          " does not prove our pre-shared key",
+			      true, now);
+			return;
+		}
+		sa.peer_auth = "psk";
 	}
 	const uint32_t spi_in = sa.reserved_spi;
 	sa.reserved_spi = 0;
@@ -324,6 +363,46 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 	          hex_spi(choice->peer_spi, 8) + ", " +
 	          std::string(crypto::cipher_spec(choice->cipher).name) + (choice->esn ? " with ESN" : "") +
 	          ", selectors " + selectors_text(tsr->selectors));
+}
+
+std::vector<Payload> Engine::cert_init_payloads() const {
+	std::vector<uint8_t> hashes;
+	bool any = false;
+	for (size_t i = 0; i < peers_.size(); i++) {
+		if (!active_[i] || !peers_[i].uses_certs()) continue;
+		any = true;
+		const std::vector<uint8_t>& h = peers_[i].trust->ca_key_hashes();
+		for (size_t off = 0; off + SHA_DIGEST_LENGTH <= h.size(); off += SHA_DIGEST_LENGTH) {
+			if (hashes.size() >= kMaxCertreqCas * SHA_DIGEST_LENGTH) break;
+			const auto one = std::span<const uint8_t>(h).subspan(off, SHA_DIGEST_LENGTH);
+			bool seen = false;
+			for (size_t k = 0; k < hashes.size() && !seen; k += SHA_DIGEST_LENGTH)
+				seen = std::equal(one.begin(), one.end(), hashes.begin() + long(k));
+			if (!seen) hashes.insert(hashes.end(), one.begin(), one.end());
+		}
+	}
+	if (!any) return {};
+	return {make_notify(notify::signature_hash_algorithms, sig_hashes_notify_data()),
+	        RawPayload{PayloadType::certreq, false, cert_body(hashes)}};
+}
+
+std::string Engine::verify_cert_auth(IkeSa& sa, const PeerPolicy& pol, const Identity& who,
+                                     std::span<const Payload> inner, const AuthPayload& auth,
+                                     std::span<const uint8_t> octets) {
+	std::vector<std::span<const uint8_t>> certs;
+	for (const Payload& p : inner)
+		if (const auto* r = std::get_if<RawPayload>(&p); r && r->type == PayloadType::cert) {
+			if (certs.size() > kMaxPeerCerts) break; // verify_peer() names the excess
+			certs.push_back(r->body);
+		}
+	const PeerAuth result = verify_peer(*pol.trust, certs, who, auth, octets);
+	if (!result.ok) return result.error;
+	sa.peer_auth = result.method;
+	sa.peer_subject = result.subject;
+	sa.peer_issuer = result.issuer;
+	host_.log("peer " + pol.name + ": authenticated by certificate " + result.subject + " (issuer " +
+	          result.issuer + "), " + result.method);
+	return {};
 }
 
 void Engine::established(IkeSa& sa, Clock::time_point now) {

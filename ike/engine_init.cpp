@@ -373,6 +373,11 @@ void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const
 	payloads.push_back(NoncePayload{sa->nr});
 	for (Payload& p : nat_detection(sa->spi_i, sa->spi_r, via, from))
 		payloads.push_back(std::move(p));
+	if (const NotifyPayload* n = m.find_notify(notify::signature_hash_algorithms))
+		sa->peer_sig_hashes = parse_sig_hashes(n->data);
+	for (Payload& p : cert_init_payloads())
+		payloads.push_back(std::move(p));
+
 	// RFC 7383 section 2.3: announced back only to an initiator that announced it.
 	sa->frag_peer = m.find_notify(notify::ikev2_fragmentation_supported) != nullptr;
 	if (sa->frag_peer) payloads.push_back(make_notify(notify::ikev2_fragmentation_supported));
@@ -437,6 +442,9 @@ void Engine::send_init(IkeSa& sa, Clock::time_point now) {
 	payloads.push_back(NoncePayload{sa.ni});
 	for (Payload& p : nat_detection(sa.spi_i, 0, sa.via, sa.remote))
 		payloads.push_back(std::move(p));
+	if (pol.uses_certs())
+		payloads.push_back(make_notify(notify::signature_hash_algorithms, sig_hashes_notify_data()));
+
 	// RFC 7383 section 2.3: we take fragments and send them when the responder does too.
 	payloads.push_back(make_notify(notify::ikev2_fragmentation_supported));
 	sa.init_request = build_message(h, payloads);
@@ -529,6 +537,8 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 	sa.init_response.assign(msg.begin(), msg.end());
 	sa.frag_peer = m.find_notify(notify::ikev2_fragmentation_supported) != nullptr;
 	sa.behind_nat = we_are_behind_nat(m, sa.spi_i, sa.spi_r, sa.via, sa.remote);
+	if (const NotifyPayload* n = m.find_notify(notify::signature_hash_algorithms))
+		sa.peer_sig_hashes = parse_sig_hashes(n->data);
 	sa.pending.reset();
 	sa.next_id = 1;
 	sa.last_heard = now;
@@ -542,8 +552,22 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 	sa.reserved_spi = *reserved;
 	IdPayload idi{true, pol.local_id.type, pol.local_id.data};
 	IdPayload idr{false, pol.remote_id.type, pol.remote_id.data};
-	AuthPayload auth{AuthMethod::psk,
-	                 psk_auth(sa.suite.prf, pol.psk, sa.init_request, sa.nr, sa.keys.sk_pi, idi.body())};
+	std::vector<Payload> payloads{idi};
+	if (pol.uses_certs()) {
+		// Section 1.2: IDi, [CERT,] [CERTREQ,] [IDr,] AUTH.
+		for (Payload& p : cert_payloads(*pol.credentials))
+			payloads.push_back(std::move(p));
+		payloads.push_back(RawPayload{PayloadType::certreq, false, pol.trust->certreq_body()});
+		payloads.push_back(idr);
+		payloads.push_back(pol.credentials->sign(
+		    signed_octets(sa.suite.prf, sa.init_request, sa.nr, sa.keys.sk_pi, idi.body()),
+		    sa.peer_sig_hashes));
+	} else {
+		payloads.push_back(idr);
+		payloads.push_back(
+		    AuthPayload{AuthMethod::psk, psk_auth(sa.suite.prf, pol.psk, sa.init_request, sa.nr,
+		                                          sa.keys.sk_pi, idi.body())});
+	}
 	TsPayload tsi{true, {}}, tsr{false, {}};
 	bool v6 = false;
 	for (const IpPrefix& p : pol.allowed_ips) {
@@ -556,7 +580,6 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 		tsi.selectors.push_back(selector_of(p));
 	if (pol.local_ts.empty()) tsi.selectors.push_back(selector_of(*parse_prefix("0.0.0.0/0")));
 	if (pol.local_ts.empty() && v6) tsi.selectors.push_back(selector_of(*parse_prefix("::/0")));
-	std::vector<Payload> payloads{idi, idr, auth};
 	if (pol.request_address) {
 		// Empty attributes ask for a value (section 3.15.1): an IPv4 address
 		// and DNS servers; IPv6 too when some allowed_ips are IPv6.

@@ -189,6 +189,14 @@ inline NotifyPayload make_notify(uint16_t type, std::vector<uint8_t> data = {}) 
 	return n;
 }
 
+/// CERT payloads (encoding 4) for our certificate and its chain, ours first.
+inline std::vector<Payload> cert_payloads(const Credentials& c) {
+	std::vector<Payload> out;
+	for (const std::vector<uint8_t>& der : c.certs_der())
+		out.push_back(RawPayload{PayloadType::cert, false, cert_body(der)});
+	return out;
+}
+
 inline int compare_addr(const IpAddress& a, const IpAddress& b) {
 	return std::memcmp(a.bytes.data(), b.bytes.data(), a.size());
 }
@@ -404,6 +412,10 @@ struct Engine::IkeSa {
 	std::vector<IpAddress> virtual_ips, dns; ///< from the configuration payload exchange
 	bool behind_nat = false;                 ///< send NAT keepalives (RFC 3948 section 2.3)
 	Clock::time_point next_keepalive{};
+	/// The peer's SIGNATURE_HASH_ALGORITHMS from IKE_SA_INIT (RFC 7427 section 4).
+	SigHashSet peer_sig_hashes = 0;
+	/// How the peer authenticated, for status (IkeSaStatus::peer_auth).
+	std::string peer_auth, peer_subject, peer_issuer;
 	uint32_t child_rekeys = 0, ike_rekeys = 0;
 
 	uint64_t our_spi() const noexcept { return initiator ? spi_i : spi_r; }

@@ -35,9 +35,11 @@ build_pkgs=(g++ cmake make pkg-config libssl-dev liburing-dev libseccomp-dev lib
 # render its man pages (systemd-analyze verify looks up the units'
 # Documentation= pages with man), bash-completion runs its completion.
 # python3-prometheus-client's parser reads `status --format prometheus` in
-# tests/netns/test_cli.py.
+# tests/netns/test_cli.py. python3-cryptography makes the test-time PKI of
+# tests/netns/test_ike_strongswan_certs.py (tests/lib/test_pki.py).
 test_pkgs=(iproute2 iperf3 iputils-ping python3-scapy clang clang-format libclang-rt-14-dev procps git
-	dpkg-dev debhelper lintian groff-base man-db bash-completion python3-prometheus-client)
+	dpkg-dev debhelper lintian groff-base man-db bash-completion python3-prometheus-client
+	python3-cryptography)
 # `esptun-bench compare` peers: userspace WireGuard (wireguard-go, configured
 # with wg), OpenVPN 2.6, and strongSwan's charon with kernel-libipsec (the
 # standard plugins bring the gcm and openssl crypto libipsec's AES-GCM needs).

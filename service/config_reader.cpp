@@ -168,6 +168,7 @@ SecretBytes encode_records(const std::vector<conf::FileRecord>& records) {
 		put32(out, r.facts.mode);
 		put32(out, static_cast<uint32_t>(r.facts.size >> 32));
 		put32(out, static_cast<uint32_t>(r.facts.size));
+		put32(out, r.facts.uid);
 		put_text(out, r.data.view());
 	}
 	return finish_frame(std::move(out));
@@ -211,7 +212,8 @@ std::vector<conf::FileRecord> decode_body(std::span<const uint8_t> body, const s
 		conf::FileRecord& rec = records.emplace_back();
 		const uint8_t op = r.u8();
 		if (op != static_cast<uint8_t>(conf::FileRecord::Op::stat) &&
-		    op != static_cast<uint8_t>(conf::FileRecord::Op::read))
+		    op != static_cast<uint8_t>(conf::FileRecord::Op::read) &&
+		    op != static_cast<uint8_t>(conf::FileRecord::Op::list))
 			malformed(source, r.ok() ? "unknown file operation" : "truncated");
 		rec.op = static_cast<conf::FileRecord::Op>(op);
 		rec.path = take_text(r, kMaxPath, source, "path");
@@ -219,6 +221,7 @@ std::vector<conf::FileRecord> decode_body(std::span<const uint8_t> body, const s
 		rec.facts.mode = r.be32();
 		const uint64_t high = r.be32();
 		rec.facts.size = high << 32 | r.be32();
+		rec.facts.uid = r.be32();
 		std::span<const uint8_t> data = take_field(r, conf::kMaxConfigSize, source, "file");
 		if (rec.op == conf::FileRecord::Op::stat && !data.empty())
 			malformed(source, "data for a stat");

@@ -77,6 +77,8 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 		ike::PeerPolicy pol;
 		pol.name = p.name;
 		pol.psk = p.ike->psk;
+		pol.credentials = p.ike->credentials;
+		pol.trust = p.ike->trust;
 		const std::string local = !p.ike->local_id.empty() ? p.ike->local_id : hostname;
 		pol.local_id =
 		    ike::parse_identity(local).value_or(ike::Identity{ike::IdType::fqdn, {'e', 's', 'p'}});
@@ -604,6 +606,13 @@ Json IkeService::status_json() const {
 		               {"rekey_in_s", s.rekey_in_s},
 		               {"virtual_ips", s.virtual_ips},
 		               {"dns", s.dns}};
+		// How the peer proved itself: "psk", or its key and signature scheme
+		// with its certificate's subject and issuer; absent before IKE_AUTH.
+		if (!s.peer_auth.empty()) sa["peer_auth"] = s.peer_auth;
+		if (!s.peer_subject.empty()) {
+			sa["peer_subject"] = s.peer_subject;
+			sa["peer_issuer"] = s.peer_issuer;
+		}
 		Json& children = sa["children"] = Json::array();
 		for (const ike::ChildStatus& ch : s.children) {
 			Json child = Json::object();

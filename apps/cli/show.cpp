@@ -150,6 +150,10 @@ std::string show_ike_sa(const Json& sa, const Paint& p) {
 	if (const Json& ips = items(get(sa, "virtual_ips")); !ips.empty())
 		out += line(p, "virtual ips", strings(&ips));
 	if (const Json& dns = items(get(sa, "dns")); !dns.empty()) out += line(p, "dns", strings(&dns));
+	if (!str(sa, {"peer_auth"}).empty()) out += line(p, "peer auth", str(sa, {"peer_auth"}));
+	if (!str(sa, {"peer_subject"}).empty())
+		out += line(p, "peer cert",
+		            str(sa, {"peer_subject"}) + " (issuer " + str(sa, {"peer_issuer"}) + ")");
 	return out + show_children(sa, p);
 }
 

@@ -26,7 +26,8 @@ def esptun_ike_config(interface, control_socket, state_dir, peer, local_id="a.sw
                       addresses=(f"{A_IN}/32",), listen=f"{A_UL}:4500", ike_port=500):
     """esptun_ike_config() - TOML for one esptun-gateway with one IKE peer.
     peer: dict with name, allowed_ips, remote_id, ike_proposals, esp_proposals
-    and optionally endpoint, psk or psk_file, rekey_time, ike_rekey_time,
+    and optionally endpoint, psk or psk_file (or cert_file, private_key_file,
+    cert_chain_file, ca_dir, crl_files), rekey_time, ike_rekey_time,
     dpd_interval, ike_fragment_size, initiate, allow_weak."""
     lines = ["[tunnel]",
              f"interface = {_q(interface)}",
@@ -43,7 +44,13 @@ def esptun_ike_config(interface, control_socket, state_dir, peer, local_id="a.sw
     if peer.get("endpoint"):
         lines.append(f"endpoint = {_q(peer['endpoint'])}")
     lines.append(f"allowed_ips = {_list(peer['allowed_ips'])}")
-    if peer.get("psk_file"):
+    if peer.get("cert_file"):  # certificates: cert_file, private_key_file, ca_dir, ...
+        for key in ("cert_file", "private_key_file", "cert_chain_file", "ca_dir"):
+            if peer.get(key):
+                lines.append(f"{key} = {_q(peer[key])}")
+        if peer.get("crl_files"):
+            lines.append(f"crl_files = {_list(peer['crl_files'])}")
+    elif peer.get("psk_file"):
         lines.append(f"psk_file = {_q(peer['psk_file'])}")
     else:
         lines.append(f"psk = {_q(peer['psk'])}")

@@ -122,6 +122,13 @@ class Config:
     # remote_addr may be "%any" (accept IKE from anywhere, never initiate);
     # remote_ts "dynamic" is the peer's (virtual) address.
     pools: dict = None
+    # Certificates instead of the PSK (tests/netns/test_ike_strongswan_certs.py):
+    # swanctl_dir is the Charon's own folder (swanctl --load-all reads the
+    # credentials beside its swanctl.conf) holding x509/ (cert: our
+    # certificate's file name there), x509ca/ (root and intermediates) and
+    # rsa/ or ecdsa/ (the key). None: PSK as above.
+    swanctl_dir: str = None
+    cert: str = None
 
 
 def _csv(v):
@@ -195,6 +202,27 @@ def swanctl_conf(cfg):
         child.append(f"        dpd_action = {cfg.dpd_action}")
     psk = cfg.psk.replace("\\", "\\\\").replace('"', '\\"')
     nl = "\n"
+    if cfg.swanctl_dir:
+        return f"""connections {{
+  {cfg.conn} {{
+{nl.join(conn)}
+    local {{
+      auth = pubkey
+      certs = {cfg.cert}
+      id = {cfg.local_id}
+    }}
+    remote {{
+      auth = pubkey
+      id = {cfg.remote_id}
+    }}
+    children {{
+      {cfg.child} {{
+{nl.join(child)}
+      }}
+    }}
+  }}
+}}
+""" + _pools_conf(cfg.pools)
     return f"""connections {{
   {cfg.conn} {{
 {nl.join(conn)}

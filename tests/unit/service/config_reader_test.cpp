@@ -321,14 +321,17 @@ TEST_CASE("ConfigReader: after the privilege drop and seccomp, the helper still 
 // The decoder of the helper's answer, fed what a broken or hostile helper could send.
 
 std::vector<conf::FileRecord> sample_records() {
-	std::vector<conf::FileRecord> r(2);
+	std::vector<conf::FileRecord> r(3);
 	r[0].op = conf::FileRecord::Op::stat;
 	r[0].path = "/etc/esptun/gw.toml";
-	r[0].facts = {0100600, 1234};
+	r[0].facts = {0100600, 1234, 0};
 	r[1].op = conf::FileRecord::Op::read;
 	r[1].path = "/etc/esptun/gw.toml";
-	r[1].facts = {0100600, 5};
+	r[1].facts = {0100600, 5, 1000};
 	r[1].data = SecretString(std::string_view("[tun]"));
+	r[2].op = conf::FileRecord::Op::list; // a ca_dir
+	r[2].path = "/etc/esptun/ca";
+	r[2].data = SecretString(std::string_view("root.pem\nsub.crt\n"));
 	return r;
 }
 
@@ -350,12 +353,15 @@ TEST_CASE("config_answer: records survive encode and decode; an error comes back
 	std::array<uint8_t, 4> header{frame[0], frame[1], frame[2], frame[3]};
 	CHECK(config_answer::body_length(header, "gw.toml") == frame.size() - 4);
 	const auto back = config_answer::decode_body(body_of(frame), "gw.toml");
-	REQUIRE(back.size() == 2);
+	REQUIRE(back.size() == 3);
 	CHECK(back[0].op == conf::FileRecord::Op::stat);
 	CHECK(back[0].facts.mode == 0100600);
 	CHECK(back[0].facts.size == 1234);
 	CHECK(back[1].path == "/etc/esptun/gw.toml");
 	CHECK(back[1].data.view() == "[tun]");
+	CHECK(back[1].facts.uid == 1000); // the loader checks a private key's owner
+	CHECK(back[2].op == conf::FileRecord::Op::list);
+	CHECK(back[2].data.view() == "root.pem\nsub.crt\n");
 
 	const SecretBytes err = config_answer::encode_error(ConfigError("/etc/esptun/gw.toml", 7, "bad mtu"));
 	try {
@@ -417,8 +423,8 @@ TEST_CASE("config_answer: a file length past the loader's limit is refused befor
 	one[0].data = SecretString(std::string_view("0x00"));
 	SecretBytes frame = config_answer::encode_records(one);
 	SecretBytes body(frame.begin() + 4, frame.end());
-	// kind, count, op, path (4 + 1), error (4 + 0), mode, size (8): the data length follows.
-	const size_t data_len_at = 1 + 4 + 1 + 5 + 4 + 4 + 8;
+	// kind, count, op, path (4 + 1), error (4 + 0), mode, size (8), uid: the data length follows.
+	const size_t data_len_at = 1 + 4 + 1 + 5 + 4 + 4 + 8 + 4;
 	REQUIRE(load_be32(&body[data_len_at]) == 4);
 	store_be32(&body[data_len_at], uint32_t(conf::kMaxConfigSize + 1));
 	CHECK(decode_error(body).find("file too long") != std::string::npos);

@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+# test_ike_strongswan_certs.py - IKEv2 certificate authentication against
+# strongSwan 5.9 (charon, an independent implementation): RFC 7427 Digital
+# Signature AUTH with CERT, CERTREQ and SIGNATURE_HASH_ALGORITHMS, chains
+# through an intermediate CA, and the refusals.
+#
+# A PKI is made at test time (tests/lib/test_pki.py, python3-cryptography;
+# strongswan-pki is not among the packages, and the library makes CRLs
+# without an openssl-ca database):
+# root CA -> intermediate CA -> a.sw (esptun) and b.sw (strongSwan), each
+# with its name as DNS subjectAltName. Each side trusts the root only and
+# gets the intermediate in the peer's CERT payloads.
+#
+# Cases (fresh namespaces and daemons each; topology of tests/lib/sw_pair.py):
+#  1. strongSwan initiates, esptun-gateway responds: esptun RSA-2048,
+#     strongSwan ECDSA P-256; SA up, ping both ways, esptun's status names
+#     the peer's key and certificate.
+#  2. esptun initiates, strongSwan responds: esptun ECDSA P-384, strongSwan
+#     RSA-2048; SA up, ping both ways.
+#  3. strongSwan initiates with a revoked certificate (esptun has both CAs'
+#     CRLs, the intermediate's listing b.sw): esptun logs "revoked" and
+#     answers AUTHENTICATION_FAILED, which strongSwan logs; no SA, no ping.
+#  4. esptun initiates to a strongSwan whose certificate is from another CA:
+#     esptun logs "unknown CA"; no SA, no ping.
+#
+# usage: test_ike_strongswan_certs.py BUILD_DIR   (root; strongSwan and
+#        python3-cryptography installed)
+"""IKEv2 interop with certificates: esptun-gateway against strongSwan's charon."""
+
+import json
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+
+import esptun_conf  # noqa: E402
+import esptun_proc  # noqa: E402
+import netns  # noqa: E402
+import report  # noqa: E402
+import strongswan  # noqa: E402
+import sw_pair  # noqa: E402
+import test_pki  # noqa: E402
+from esptun_ike import PEER, esptun_ike, esptun_ike_config  # noqa: E402
+from netns import TestError  # noqa: E402
+from test_pki import write  # noqa: E402
+
+A_UL, B_UL, A_IN, B_IN = sw_pair.A_UL, sw_pair.B_UL, sw_pair.A_IN, sw_pair.B_IN
+TIMEOUT = sw_pair.ESTABLISH_TIMEOUT
+
+CASES = [
+    dict(num=1, kind="certs", initiator="strongswan", a_key="rsa", b_key="p256",
+         title="strongSwan initiates: esptun RSA-2048, strongSwan ECDSA P-256, via an intermediate",
+         peer_auth="ECDSA-P256"),
+    dict(num=2, kind="certs", initiator="esptun", a_key="p384", b_key="rsa",
+         title="esptun initiates: esptun ECDSA P-384, strongSwan RSA-2048, via an intermediate",
+         peer_auth="RSA-2048"),
+    dict(num=3, kind="certs", initiator="strongswan", a_key="p256", b_key="p256", revoked=True,
+         title="strongSwan initiates with a revoked certificate: esptun refuses it",
+         reason="revoked"),
+    dict(num=4, kind="certs", initiator="esptun", a_key="p256", b_key="p256", other_ca=True,
+         title="esptun initiates to a strongSwan whose certificate has another CA: refused",
+         reason="unknown CA"),
+]
+
+
+def make_files(tmp, key, case):
+    """The PKI of a case: esptun's files (dict of config keys) and strongSwan's
+    SWANCTL_DIR (x509/, x509ca/, rsa/ or ecdsa/)."""
+    pki = test_pki.Pki()
+    a = pki.issue("a.sw", case["a_key"])
+    b_pki = test_pki.Pki("Other Root") if case.get("other_ca") else pki
+    b = b_pki.issue("b.sw", case["b_key"])
+    d = os.path.join(tmp, f"pki{key}")
+    ca = os.path.join(d, "ca")
+    os.makedirs(ca)
+    esptun = dict(cert_file=write(os.path.join(d, "a.pem"), a.pem()),
+                  private_key_file=write(os.path.join(d, "a.key"), a.key_pem(), 0o600),
+                  cert_chain_file=write(os.path.join(d, "inter.pem"), pki.inter.pem()),
+                  ca_dir=ca)
+    write(os.path.join(ca, "root.pem"), pki.root.pem())
+    if case.get("revoked"):
+        esptun["crl_files"] = [write(os.path.join(d, "root.crl"), pki.root.crl_pem()),
+                               write(os.path.join(d, "inter.crl"), pki.inter.crl_pem([b]))]
+    # swanctl reads credentials from beside its swanctl.conf: charon's own folder.
+    sw = os.path.join(tmp, f"sw-b{key}")
+    for sub in ("x509", "x509ca", "rsa", "ecdsa"):
+        os.makedirs(os.path.join(sw, sub))
+    write(os.path.join(sw, "x509", "b.pem"), b.pem())
+    # strongSwan trusts our root and sends its own intermediate (from x509ca).
+    write(os.path.join(sw, "x509ca", "root.pem"), pki.root.pem())
+    write(os.path.join(sw, "x509ca", "b-inter.pem"), b_pki.inter.pem())
+    if case.get("other_ca"):
+        write(os.path.join(sw, "x509ca", "b-root.pem"), b_pki.root.pem())
+    write(os.path.join(sw, "rsa" if case["b_key"] == "rsa" else "ecdsa", "b.key"),
+          b.key_pem_traditional(), 0o600)
+    return esptun, sw
+
+
+def build(ctx, idx, case):
+    key = f"{idx}"
+    a = netns.Netns(netns.unique("ikecert", f"{key}-a"))
+    b = netns.Netns(netns.unique("ikecert", f"{key}-b"))
+    netns.veth(a, b, "swa", "swb", [f"{A_UL}/24"], [f"{B_UL}/24"])
+    b.ip("addr", "add", f"{B_IN}/32", "dev", "lo")
+    A, B = sw_pair.Site("A", a), sw_pair.Site("B", b)
+    files, sw_dir = make_files(ctx.tmp, key, case)
+    sfx = f"{os.getpid() % 100000}x{idx}"
+    peer = dict(name=PEER, allowed_ips=[f"{B_IN}/32"], remote_id="b.sw",
+                ike_proposals=["aes128gcm16-prfsha256-x25519"], esp_proposals=["aes128gcm16"],
+                **files)
+    if case["initiator"] == "esptun":
+        peer["endpoint"] = f"{B_UL}:4500"
+    text = esptun_ike_config(f"ikc{sfx}", os.path.join(ctx.tmp, f"a{key}.sock"),
+                             os.path.join(ctx.tmp, f"state-a{key}"), peer)
+    path = esptun_conf.write_private(os.path.join(ctx.tmp, f"a{key}.toml"), text)
+    A.tun = f"ikc{sfx}"
+    cfg = strongswan.pair_config("b", start_action="none", swanctl_dir=sw_dir, cert="b.pem",
+                                 ike_proposals="aes128gcm16-prfsha256-x25519",
+                                 esp_proposals="aes128gcm16", retransmit_tries=2)
+    B.charon = strongswan.Charon(b, sw_dir, cfg, tag="B")
+    A.ep = esptun_proc.Endpoint(ctx.build, A.ns, path, os.path.join(ctx.tmp, f"a{key}.log"))
+    ctx.logs += [A.ep.log, B.charon.log]
+    return A, B, path
+
+
+def esptun_log_line(A, pattern):
+    rx = re.compile(pattern)
+    with open(A.ep.log, errors="replace") as f:
+        return next((ln.strip() for ln in f if rx.search(ln)), None)
+
+
+def run(rep, ctx, idx, case):
+    tag = f"case {idx + 1}"
+    A, B, path = build(ctx, idx, case)
+    if not ctx.checked:
+        ctx.checked = True
+        ctx.check_ok = sw_pair.check_esptun_accepts(rep, ctx, path)
+    try:
+        t0 = sw_pair.start_pair(rep, A, B, path, "esptun-gateway run", sw_pair.EsptunDown)
+        if case["initiator"] == "strongswan":
+            ok, out = B.charon.initiate(timeout=5 if case.get("reason") else TIMEOUT)
+            rep.check(ok == (not case.get("reason")),
+                      f"[{tag}] swanctl --initiate {'succeeds' if not case.get('reason') else 'fails'}",
+                      out.strip()[-800:])
+        if case.get("reason"):
+            refused(rep, tag, case, A, B)
+            return
+        sw_ike, sw_child = B.charon.wait_established(TIMEOUT)
+        e_ike, e_kids, where = sw_pair.wait_esptun_established(rep, tag, A)
+        rep.info(f"established {time.monotonic() - t0:.2f} s after start")
+        rep.check(sw_ike.state == "ESTABLISHED" and sw_ike.local_id == "b.sw"
+                  and sw_ike.remote_id == "a.sw",
+                  f"[{tag}] strongSwan: IKE_SA ESTABLISHED, b.sw <-> a.sw", json.dumps(sw_ike.raw))
+        sw_line = B.charon.log_search(r"authentication of 'a\.sw' with .*successful")
+        rep.check(sw_line is not None, f"[{tag}] strongSwan verified our signature: "
+                  f"{sw_line.strip() if sw_line else None!r}", netns.tail(B.charon.log, 30))
+        chain = B.charon.log_search(r"reached self-signed root ca")
+        rep.check(chain is not None, f"[{tag}] strongSwan built our chain to the root "
+                  f"(intermediate from our CERT payload)", netns.tail(B.charon.log, 30))
+        rep.check(case["peer_auth"] in str(e_ike.get("peer_auth", "")),
+                  f"[{tag}] esptun status: peer_auth {e_ike.get('peer_auth')!r} names "
+                  f"{case['peer_auth']}", json.dumps(e_ike)[:1500])
+        rep.check("CN=b.sw" in str(e_ike.get("peer_subject", "")) and
+                  "Intermediate" in str(e_ike.get("peer_issuer", "")),
+                  f"[{tag}] esptun status: peer_subject {e_ike.get('peer_subject')!r}, issuer "
+                  f"{e_ike.get('peer_issuer')!r}", json.dumps(e_ike)[:1500])
+        sw_pair.ping(rep, tag, A, B_IN)
+        sw_pair.ping(rep, tag, B, A_IN)
+    finally:
+        sw_pair.stop_both(rep, tag, dict(case, wrong_psk=bool(case.get("reason"))), A, B)
+
+
+def refused(rep, tag, case, A, B):
+    try:
+        line = netns.wait_until(
+            lambda: esptun_log_line(A, rf"authentication failed.*{re.escape(case['reason'])}"),
+            TIMEOUT, interval=0.1, what="esptun's refusal log line")
+    except TestError:
+        line = None
+    rep.check(line is not None, f"[{tag}] esptun logs the refusal naming the reason "
+              f"({case['reason']!r}): {line!r}", netns.tail(A.ep.log, 20))
+    if case["initiator"] == "strongswan":
+        sw = B.charon.log_search(r"AUTHENTICATION_FAILED")
+        rep.check(sw is not None, f"[{tag}] strongSwan got AUTHENTICATION_FAILED: "
+                  f"{sw.strip() if sw else None!r}", netns.tail(B.charon.log, 20))
+    # As responder of case 4 strongSwan had authenticated us: our Delete ends its IKE_SA.
+    try:
+        netns.wait_until(lambda: not [s for s in B.charon.list_sas() if s.state == "ESTABLISHED"],
+                         5, interval=0.2, what="strongSwan to hold no ESTABLISHED IKE_SA")
+        none = True
+    except TestError:
+        none = False
+    rep.check(none, f"[{tag}] strongSwan list-sas: no ESTABLISHED IKE_SA", B.charon.list_sas_text())
+    ike, children, _ = esptun_ike(A.ep.status())
+    rep.check(not children and str(ike.get("state", "")).lower() != "established",
+              f"[{tag}] esptun status: no CHILD_SA, no established IKE SA", json.dumps(ike)[:1000])
+    sw_pair.ping(rep, tag, A, B_IN, count=1, expect=False)
+
+
+def body(rep, build_dir):
+    sw_pair.run_cases(rep, build_dir, CASES, runners={"certs": run})
+
+
+if __name__ == "__main__":
+    report.main("netns/ike_strongswan_certs", body, tools=sw_pair.TOOLS)
