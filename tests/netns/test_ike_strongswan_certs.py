@@ -14,9 +14,11 @@
 # Cases (fresh namespaces and daemons each; topology of tests/lib/sw_pair.py):
 #  1. strongSwan initiates, esptun-gateway responds: esptun RSA-2048,
 #     strongSwan ECDSA P-256; SA up, ping both ways, esptun's status names
-#     the peer's key and certificate.
+#     the peer's key and certificate. Both sides' fragment size is 576
+#     bytes, so each IKE_AUTH crosses as RFC 7383 fragments: strongSwan logs
+#     that it reassembled ours, our counters show we sent and reassembled.
 #  2. esptun initiates, strongSwan responds: esptun ECDSA P-384, strongSwan
-#     RSA-2048; SA up, ping both ways.
+#     RSA-2048; SA up, fragments both ways, ping both ways.
 #  3. strongSwan initiates with a revoked certificate (esptun has both CAs'
 #     CRLs, the intermediate's listing b.sw): esptun logs "revoked" and
 #     answers AUTHENTICATION_FAILED, which strongSwan logs; no SA, no ping.
@@ -48,6 +50,10 @@ from test_pki import write  # noqa: E402
 
 A_UL, B_UL, A_IN, B_IN = sw_pair.A_UL, sw_pair.B_UL, sw_pair.A_IN, sw_pair.B_IN
 TIMEOUT = sw_pair.ESTABLISH_TIMEOUT
+# IKE fragment size (RFC 7383; whole IP datagrams) on both sides: a
+# certificate chain makes every IKE_AUTH longer, so both directions are
+# fragmented and reassembled by the other implementation.
+FRAGMENT_SIZE = 576
 
 CASES = [
     dict(num=1, kind="certs", initiator="strongswan", a_key="rsa", b_key="p256",
@@ -109,7 +115,7 @@ def build(ctx, idx, case):
     sfx = f"{os.getpid() % 100000}x{idx}"
     peer = dict(name=PEER, allowed_ips=[f"{B_IN}/32"], remote_id="b.sw",
                 ike_proposals=["aes128gcm16-prfsha256-x25519"], esp_proposals=["aes128gcm16"],
-                **files)
+                ike_fragment_size=FRAGMENT_SIZE, **files)
     if case["initiator"] == "esptun":
         peer["endpoint"] = f"{B_UL}:4500"
     text = esptun_ike_config(f"ikc{sfx}", os.path.join(ctx.tmp, f"a{key}.sock"),
@@ -118,7 +124,8 @@ def build(ctx, idx, case):
     A.tun = f"ikc{sfx}"
     cfg = strongswan.pair_config("b", start_action="none", swanctl_dir=sw_dir, cert="b.pem",
                                  ike_proposals="aes128gcm16-prfsha256-x25519",
-                                 esp_proposals="aes128gcm16", retransmit_tries=2)
+                                 esp_proposals="aes128gcm16", retransmit_tries=2,
+                                 fragment_size=FRAGMENT_SIZE)
     B.charon = strongswan.Charon(b, sw_dir, cfg, tag="B")
     A.ep = esptun_proc.Endpoint(ctx.build, A.ns, path, os.path.join(ctx.tmp, f"a{key}.log"))
     ctx.logs += [A.ep.log, B.charon.log]
@@ -166,10 +173,25 @@ def run(rep, ctx, idx, case):
                   "Intermediate" in str(e_ike.get("peer_issuer", "")),
                   f"[{tag}] esptun status: peer_subject {e_ike.get('peer_subject')!r}, issuer "
                   f"{e_ike.get('peer_issuer')!r}", json.dumps(e_ike)[:1500])
+        check_fragments(rep, tag, A, B)
         sw_pair.ping(rep, tag, A, B_IN)
         sw_pair.ping(rep, tag, B, A_IN)
     finally:
         sw_pair.stop_both(rep, tag, dict(case, wrong_psk=bool(case.get("reason"))), A, B)
+
+
+def check_fragments(rep, tag, A, B):
+    """IKE_AUTH with a certificate chain is longer than FRAGMENT_SIZE each way:
+    strongSwan reassembled our SKF fragments (RFC 7383) and we its."""
+    line = B.charon.log_search(r"reassembled fragmented IKE message")
+    rep.check(line is not None, f"[{tag}] strongSwan reassembled our fragments: "
+              f"{line.strip() if line else None!r}", netns.tail(B.charon.log, 30))
+    counters = (A.ep.status().get("ike") or {}).get("counters") or {}
+    rep.check(counters.get("fragments_sent", 0) >= 2 and counters.get("fragments_received", 0) >= 2
+              and counters.get("fragments_dropped") == 0,
+              f"[{tag}] esptun sent {counters.get('fragments_sent')} and reassembled "
+              f"{counters.get('fragments_received')} fragments, dropped "
+              f"{counters.get('fragments_dropped')}", json.dumps(counters))
 
 
 def refused(rep, tag, case, A, B):
