@@ -303,39 +303,25 @@ std::optional<std::string> parse_auth(const AuthPayload& auth, SigScheme& s) {
 			return "a Digital Signature AUTH whose AlgorithmIdentifier does not parse";
 		s.signature = std::span<const uint8_t>(d).subspan(1 + alen);
 		const int nid = OBJ_obj2nid(alg->algorithm);
-		switch (nid) {
-		case NID_sha256WithRSAEncryption:
-		case NID_sha384WithRSAEncryption:
-		case NID_sha512WithRSAEncryption:
-		case NID_sha1WithRSAEncryption:
-			s.kind = SigScheme::Kind::rsa;
-			s.hash = nid == NID_sha256WithRSAEncryption   ? SigHash::sha256
-			         : nid == NID_sha384WithRSAEncryption ? SigHash::sha384
-			         : nid == NID_sha512WithRSAEncryption ? SigHash::sha512
-			                                              : SigHash::sha1;
-			break;
-		case NID_ecdsa_with_SHA256:
-		case NID_ecdsa_with_SHA384:
-		case NID_ecdsa_with_SHA512:
-		case NID_ecdsa_with_SHA1:
-			s.kind = SigScheme::Kind::ecdsa;
-			s.hash = nid == NID_ecdsa_with_SHA256   ? SigHash::sha256
-			         : nid == NID_ecdsa_with_SHA384 ? SigHash::sha384
-			         : nid == NID_ecdsa_with_SHA512 ? SigHash::sha512
-			                                        : SigHash::sha1;
-			break;
-		case NID_ED25519:
+		// RSA PKCS#1 v1.5 and ECDSA: OpenSSL's signature table names the
+		// digest and the key type of the algorithm's OID.
+		int md_nid = NID_undef, pkey_nid = NID_undef;
+		const bool in_table = OBJ_find_sigid_algs(nid, &md_nid, &pkey_nid) == 1;
+		const std::optional<SigHash> md = hash_of_nid(md_nid);
+		if (nid == NID_ED25519) {
 			s.kind = SigScheme::Kind::ed25519;
 			s.hash = SigHash::identity;
-			break;
-		case NID_rsassaPss:
+		} else if (nid == NID_rsassaPss) {
 			if (auto err = pss_params(alg.get(), s)) return err;
-			break;
-		default: {
+		} else if (in_table && md &&
+		           (pkey_nid == NID_rsaEncryption || pkey_nid == NID_X9_62_id_ecPublicKey)) {
+			s.kind =
+			    pkey_nid == NID_rsaEncryption ? SigScheme::Kind::rsa : SigScheme::Kind::ecdsa;
+			s.hash = *md;
+		} else {
 			char buf[80] = {};
 			OBJ_obj2txt(buf, sizeof buf, alg->algorithm, 1);
 			return "signature algorithm " + std::string(buf) + ", which esptun does not support";
-		}
 		}
 		if (!(kOurSigHashes & sig_hash_bit(s.hash)))
 			return "hash " + std::string(hash_name(s.hash)) + ", which we did not offer";
