@@ -424,6 +424,9 @@ public:
 	}
 
 	Step on_response(std::span<const uint8_t> data) override {
+		// A finished method stays finished: a stray response is refused
+		// without taking the MSK away from the engine.
+		if (state_ == State::done) return fail("EAP-MSCHAPv2: response after the method completed");
 		try {
 			Step s = respond(data);
 			if (s.kind == Step::Kind::failure) {
@@ -552,6 +555,7 @@ public:
 	uint8_t type() const noexcept override { return type::mschapv2; }
 
 	Step on_request(std::span<const uint8_t> data) override {
+		if (state_ == State::done) return fail("EAP-MSCHAPv2: request after the method completed");
 		try {
 			Step s = answer(data);
 			if (s.kind == Step::Kind::failure) state_ = State::over;
@@ -569,8 +573,7 @@ private:
 	enum class State : uint8_t { want_challenge, want_result, done, over };
 
 	Step answer(std::span<const uint8_t> data) {
-		if (state_ == State::done || state_ == State::over)
-			return fail("EAP-MSCHAPv2: request after the method completed");
+		if (state_ == State::over) return fail("EAP-MSCHAPv2: request after the method completed");
 		const std::optional<MsPacket> p = split(data);
 		if (!p) return fail("EAP-MSCHAPv2: malformed request (too short or MS-Length wrong)");
 		if (state_ == State::want_challenge) {

@@ -165,6 +165,11 @@ TEST_CASE("MSCHAPv2: a whole conversation, both sides end with the same 64-byte 
 	CHECK(again.kind == Step::Kind::failure);
 	CHECK(again.error.find("after the method completed") != std::string::npos);
 	CHECK(c.peer->on_request(success.data).kind == Step::Kind::failure);
+	// ...and a stray message does not take the result away.
+	CHECK(c.server->msk().size() == 64);
+	CHECK(c.server->authenticated_as() == "alice");
+	CHECK(c.peer->finished());
+	CHECK(c.peer->msk().size() == 64);
 }
 
 TEST_CASE("MSCHAPv2: a Windows-style DOMAIN\\user is looked up and hashed without the domain") {
