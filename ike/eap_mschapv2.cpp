@@ -511,9 +511,15 @@ private:
 		std::copy_n(value.begin() + kChallengeLen + 8, kNtResponseLen, got.begin());
 
 		const std::optional<SecretBytes> nt_hash = user.empty() ? std::nullopt : lookup_(user);
-		if (!nt_hash || nt_hash->size() != mschapv2::kNtHashLen)
+		if (!nt_hash || nt_hash->size() != mschapv2::kNtHashLen) {
+			// Do the hashing a known user costs too, so the time to answer
+			// says less about which names exist (the lookup itself may
+			// still differ).
+			static const std::array<uint8_t, mschapv2::kNtHashLen> dummy{};
+			(void)mschapv2::generate_nt_response(challenge_, peer, user, dummy);
 			return refuse("EAP-MSCHAPv2: user '" + printable(user) +
 			              "' is not in the users file");
+		}
 		const NtResponse want = mschapv2::generate_nt_response(challenge_, peer, user, *nt_hash);
 		if (CRYPTO_memcmp(want.data(), got.data(), want.size()) != 0)
 			return refuse("EAP-MSCHAPv2: wrong password for user '" + printable(user) + "'");
