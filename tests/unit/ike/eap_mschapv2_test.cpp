@@ -8,6 +8,8 @@
 #include "tests/unit/support/bytes_test_util.hpp"
 
 #include <doctest/doctest.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
 
 #include <map>
 #include <stdexcept>
@@ -109,6 +111,28 @@ TEST_CASE("MSCHAPv2: RFC 3079 section 3.5.3 master and 128-bit start keys, and t
 	CHECK(to_hex(std::span(msk).subspan(16, 16)) == "8b7cdc149b993a1ba118cb153f56dccb");
 	CHECK(to_hex(std::span(msk).last(32)) == std::string(64, '0'));
 	CHECK(mschapv2::msk(hash, ntr, false) == msk);
+}
+
+TEST_CASE("MSCHAPv2: DES through 3DES with one key is single DES, weak keys included") {
+	// An all-zero NT hash makes three all-zero (weak) DES keys; DES under the
+	// zero key of the zero block is the classic 8CA64DE9C1B123A7.
+	const std::array<uint8_t, 8> zero_block{};
+	const Bytes zero_hash(16, 0);
+	const auto r = mschapv2::challenge_response(zero_block, zero_hash);
+	CHECK(to_hex(r) == "8ca64de9c1b123a78ca64de9c1b123a78ca64de9c1b123a7");
+	CHECK_THROWS_AS(mschapv2::challenge_response(zero_block, Bytes(15, 0)), std::invalid_argument);
+}
+
+TEST_CASE("MSCHAPv2: MD4 comes from a private context; the default one is left as it was") {
+	EVP_MD* before = EVP_MD_fetch(nullptr, "MD4", nullptr);
+	const bool had = before != nullptr;
+	EVP_MD_free(before);
+	ERR_clear_error();
+	(void)nt_password_hash("x");
+	EVP_MD* after = EVP_MD_fetch(nullptr, "MD4", nullptr);
+	CHECK((after != nullptr) == had);
+	EVP_MD_free(after);
+	ERR_clear_error();
 }
 
 TEST_CASE("MSCHAPv2: the NT hash takes UTF-8 through UTF-16LE and refuses what is not UTF-8") {
