@@ -723,17 +723,10 @@ PeerAuth verify_peer(const TrustStore& trust, std::span<const std::span<const ui
 		r.subject = name_text(X509_get_subject_name(ee));
 		r.issuer = name_text(X509_get_issuer_name(ee));
 		// 2. The chain to a trusted CA, validity, revocation.
-		Ptr<X509_STORE> store(X509_STORE_new());
+		Ptr<X509_STORE> store(static_cast<X509_STORE*>(CertAccess::new_store(trust)));
 		Ptr<STACK_OF(X509)> untrusted(sk_X509_new_null());
 		Ptr<X509_STORE_CTX> ctx(X509_STORE_CTX_new());
 		if (!store || !untrusted || !ctx) throw std::bad_alloc();
-		for (void* ca : TrustAccess::cas(trust))
-			if (X509_STORE_add_cert(store.get(), static_cast<X509*>(ca)) != 1) ERR_clear_error();
-		for (void* crl : TrustAccess::crls(trust))
-			if (X509_STORE_add_crl(store.get(), static_cast<X509_CRL*>(crl)) != 1)
-				ERR_clear_error();
-		if (!TrustAccess::crls(trust).empty())
-			X509_STORE_set_flags(store.get(), X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL);
 		for (size_t i = 1; i < certs.size(); i++)
 			if (!sk_X509_push(untrusted.get(), certs[i].get())) throw std::bad_alloc();
 		if (X509_STORE_CTX_init(ctx.get(), store.get(), ee, untrusted.get()) != 1)
@@ -778,6 +771,32 @@ PeerAuth verify_peer(const TrustStore& trust, std::span<const std::span<const ui
 		r.error = std::string("internal error while verifying: ") + e.what();
 	}
 	return r;
+}
+
+// ---- access for EAP-TLS ----------------------------------------------------
+
+void* CertAccess::new_store(const TrustStore& t) noexcept {
+	X509_STORE* store = X509_STORE_new();
+	if (!store) return nullptr;
+	for (void* ca : TrustAccess::cas(t))
+		if (X509_STORE_add_cert(store, static_cast<X509*>(ca)) != 1) ERR_clear_error();
+	for (void* crl : TrustAccess::crls(t))
+		if (X509_STORE_add_crl(store, static_cast<X509_CRL*>(crl)) != 1) ERR_clear_error();
+	if (!TrustAccess::crls(t).empty())
+		X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL);
+	return store;
+}
+
+std::string CertAccess::subject(const void* x) {
+	return name_text(X509_get_subject_name(static_cast<const X509*>(x)));
+}
+
+bool CertAccess::certifies(const void* x, const Identity& id) {
+	return cert_matches(const_cast<X509*>(static_cast<const X509*>(x)), id);
+}
+
+std::string CertAccess::verify_error(int err, const void* x) {
+	return verify_error_text(err, const_cast<X509*>(static_cast<const X509*>(x)));
 }
 
 // ---- distinguished names ---------------------------------------------------

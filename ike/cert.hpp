@@ -114,6 +114,7 @@ public:
 	AuthPayload sign(std::span<const uint8_t> octets, SigHashSet peer_hashes, bool rsa_pss = false) const;
 
 private:
+	friend struct CertAccess;
 	Credentials() = default;
 	void* key_ = nullptr;  ///< EVP_PKEY*
 	void* cert_ = nullptr; ///< X509*
@@ -152,10 +153,33 @@ public:
 
 private:
 	friend struct TrustAccess;
+	friend struct CertAccess;
 	TrustStore() = default;
 	std::vector<void*> cas_;  ///< X509*
 	std::vector<void*> crls_; ///< X509_CRL*
 	std::vector<uint8_t> hashes_, fingerprint_;
+};
+
+/**
+ * CertAccess - the OpenSSL objects behind Credentials and TrustStore, for
+ * EAP-TLS (eap_tls.cpp), which hands them to libssl and must judge a
+ * certificate by the same rules as verify_peer(). Internal to ike/. The
+ * pointers are OpenSSL's types as void*, as in the classes themselves.
+ */
+struct CertAccess {
+	/// EVP_PKEY* and X509* of @c (owned by @c).
+	static void* key(const Credentials& c) noexcept { return c.key_; }
+	static void* cert(const Credentials& c) noexcept { return c.cert_; }
+	/// A new X509_STORE* (the caller frees it) with @t's CAs and CRLs, and
+	/// X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL when there are CRLs.
+	/// nullptr when out of memory.
+	static void* new_store(const TrustStore& t) noexcept;
+	/// "CN=gw, O=Example": the subject of the X509* @x.
+	static std::string subject(const void* x);
+	/// Whether the X509* @x certifies @id (what Credentials::certifies() checks).
+	static bool certifies(const void* x, const Identity& id);
+	/// Why X509_verify_cert() failed with @err at the X509* @x (may be nullptr).
+	static std::string verify_error(int err, const void* x);
 };
 
 /// What verify_peer() found.
