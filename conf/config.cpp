@@ -74,15 +74,21 @@ constexpr std::string_view kPeerKeys[] = {"name",
                                           "private_key_file",
                                           "cert_chain_file",
                                           "ca_dir",
-                                          "crl_files"};
+                                          "crl_files",
+                                          "auth",
+                                          "eap_users_file",
+                                          "eap_identity",
+                                          "eap_password",
+                                          "eap_password_file"};
 /// Keys of a statically keyed peer that an IKE peer negotiates instead.
 constexpr std::string_view kStaticOnlyKeys[] = {"cipher", "esn", "out", "in"};
 /// Keys that only mean something with IKE.
 constexpr std::string_view kIkeOnlyKeys[] = {
-    "local_id",      "remote_id",  "ike_proposals",     "esp_proposals",    "initiate",
-    "dpd_interval",  "rekey_time", "ike_rekey_time",    "local_ts",         "rekey_bytes",
-    "rekey_packets", "allow_weak", "ike_fragment_size", "private_key_file", "cert_chain_file",
-    "ca_dir",        "crl_files"};
+    "local_id",         "remote_id",  "ike_proposals",     "esp_proposals",    "initiate",
+    "dpd_interval",     "rekey_time", "ike_rekey_time",    "local_ts",         "rekey_bytes",
+    "rekey_packets",    "allow_weak", "ike_fragment_size", "private_key_file", "cert_chain_file",
+    "ca_dir",           "crl_files",  "eap_users_file",    "eap_identity",     "eap_password",
+    "eap_password_file"};
 
 constexpr uint32_t kMinMtu = 576;      // RFC 791: every IPv4 host takes 576-byte datagrams
 constexpr uint32_t kMinMtuIpv6 = 1280; // RFC 8200 section 5
@@ -515,7 +521,8 @@ PeerConfig Loader::parse_peer(const toml::table& t) {
 		fail(name->line, "peer name " + q(peer.name) + " is already used on line " +
 		                     std::to_string(it->second) + "; give every peer its own name");
 
-	const bool ike = t.contains("psk") || t.contains("psk_file") || t.contains("cert_file");
+	const bool ike =
+	    t.contains("psk") || t.contains("psk_file") || t.contains("cert_file") || t.contains("auth");
 	if (ike) {
 		for (std::string_view k : kStaticOnlyKeys)
 			if (const toml::node* bad = t.get(k))
@@ -617,7 +624,8 @@ void Loader::parse_allowed_ips(const toml::table& t, PeerConfig& peer, bool may_
 		     "peer " + q(peer.name) +
 		         " needs allowed_ips: the inner addresses routed to it and accepted " +
 		         "from it, e.g. allowed_ips = [\"10.99.0.2/32\", \"192.168.50.0/24\"]" +
-		         ((t.contains("psk") || t.contains("psk_file") || t.contains("cert_file")) &&
+		         ((t.contains("psk") || t.contains("psk_file") || t.contains("cert_file") ||
+		           t.contains("auth")) &&
 		                  role_ == Role::gateway
 		              ? " (or, for a client that gets its address from the pool, an "
 		                "address_pool in [tunnel])"

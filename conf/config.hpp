@@ -5,6 +5,7 @@
 #include "base/inet.hpp"
 #include "crypto/esp_transform.hpp"
 #include "ike/cert.hpp"
+#include "ike/eap.hpp"
 #include "ike/proposal.hpp"
 
 #include <cstdint>
@@ -55,8 +56,21 @@ struct SaConfig {
 	SecretBytes auth_key; ///< CBC-HMAC only
 };
 
-/// A peer keyed by IKEv2 (it has psk, psk_file or cert_file instead of [peer.out]/[peer.in]).
+/// [[peer]] auth: how the two ends of an IKE peer authenticate. With EAP the
+/// gateway signs with its certificate and the client authenticates by EAP.
+enum class IkeAuth : uint8_t { psk, cert, eap_mschapv2, eap_tls };
+/// The config spelling: "psk", "cert", "eap-mschapv2", "eap-tls".
+std::string_view ike_auth_name(IkeAuth a) noexcept;
+
+/// A peer keyed by IKEv2 (it has psk, psk_file, cert_file or auth instead of [peer.out]/[peer.in]).
 struct IkePeerConfig {
+	IkeAuth auth = IkeAuth::psk;
+	/// Gateway, eap-mschapv2: the users of eap_users_file (NT hashes, wiped when freed).
+	std::shared_ptr<const ike::EapUsers> eap_users;
+	/// Client, EAP: our EAP identity (the MSCHAPv2 user name).
+	std::string eap_identity;
+	/// Client, eap-mschapv2: our password (eap_password or eap_password_file).
+	SecretString eap_password;
 	SecretBytes psk; ///< wiped when freed; never in a message; empty with certificates
 	/// Certificate authentication (cert_file, private_key_file,
 	/// cert_chain_file; ca_dir, crl_files), read at load time: both set, or neither.

@@ -2,7 +2,10 @@
 // timers of a peer that negotiates its SAs with IKEv2 (see config.hpp).
 #include "conf/checks.hpp"
 #include "conf/loader.hpp"
+#include "ike/eap_mschapv2.hpp"
 #include "ike/engine.hpp"
+
+#include <openssl/crypto.h>
 
 #include <sys/stat.h>
 #include <tuple>
@@ -11,15 +14,15 @@
 namespace esptun::conf::detail {
 
 namespace {
-/// Stands in for the PSK text of a peer that authenticates with certificates.
-constexpr const char* kNoPsk = "";
-/// A certificate, chain, CA or CRL file larger than this is refused.
-constexpr size_t kPemFileMax = 256 * 1024;
 /// At most this many CA files in ca_dir, and CRL files in crl_files.
 constexpr size_t kMaxCaFiles = 64;
+/// eap_users_file: at most this large, and this many users.
+constexpr size_t kMaxUsersFile = 16u << 20;
+constexpr size_t kMaxEapUsers = 100000;
 } // namespace
 
-SecretString Loader::read_pem(const Found<std::string>& f, const std::string& what, bool secret) {
+SecretString Loader::read_pem(const Found<std::string>& f, const std::string& what, bool secret,
+                              size_t max_size) {
 	if (f.value.empty() || f.value.find('\0') != std::string::npos)
 		fail(f.line, what + " must name a file");
 	const fs::path path = fs::path(f.value).is_absolute() ? fs::path(f.value) : base_dir_ / f.value;
@@ -36,33 +39,32 @@ SecretString Loader::read_pem(const Found<std::string>& f, const std::string& wh
 			                 "; a private key must be owned by root (chown root " + name + ")");
 	};
 	check_secret(st);
-	if (st.size > kPemFileMax)
-		fail(f.line, what + " " + name + " is larger than " + std::to_string(kPemFileMax) + " bytes");
+	if (st.size > max_size)
+		fail(f.line, what + " " + name + " is larger than " + std::to_string(max_size) + " bytes");
 	SecretString text;
-	if (auto err = files_.read(path, kPemFileMax, text, st); !err.empty())
+	if (auto err = files_.read(path, max_size, text, st); !err.empty())
 		fail(f.line,
 		     "cannot read " + what + " " + name + ": " + err + "; check its owner and permissions");
 	check_secret(st); // again on the file actually opened (it may have been replaced)
 	return text;
 }
 
-void Loader::parse_ike_certs(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike) {
+void Loader::parse_own_cert(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike) {
 	constexpr std::string_view where = "[[peer]]";
 	const std::string of = " of peer " + q(peer.name);
 	auto cert = get_string(t, "cert_file", where);
 	auto key = get_string(t, "private_key_file", where);
 	auto chain = get_string(t, "cert_chain_file", where);
-	auto ca_dir = get_string(t, "ca_dir", where);
-	int crl_line = 0;
-	auto crls = get_strings(t, "crl_files", where, &crl_line);
+	if (!cert)
+		fail(peer.line, "peer " + q(peer.name) + " (auth = " + q(ike_auth_name(ike.auth)) +
+		                    ") needs cert_file: " +
+		                    (ike.auth == IkeAuth::eap_tls && role_ == Role::client
+		                         ? "our client certificate for EAP-TLS (PEM)"
+		                         : "our certificate (PEM), with private_key_file"));
 	if (!key)
 		fail(cert->line,
 		     "peer " + q(peer.name) +
 		         " has cert_file but no private_key_file (the certificate's private key, PEM)");
-	if (!ca_dir)
-		fail(cert->line, "peer " + q(peer.name) +
-		                     " has cert_file but no ca_dir (a folder of PEM files with the CA "
-		                     "certificates the peer's certificate must lead to)");
 	// Our own: the certificate, the chain sent after it, the private key.
 	const SecretString cert_pem = read_pem(*cert, "cert_file" + of, false);
 	const SecretString chain_pem =
@@ -76,6 +78,7 @@ void Loader::parse_ike_certs(const toml::table& t, const PeerConfig& peer, IkePe
 			fail(err.find("private key") != std::string::npos ? key->line : cert->line,
 			     "the certificate or key of peer " + q(peer.name) + ": " + err);
 	}
+	if (ike.auth == IkeAuth::eap_tls && role_ == Role::client) return; // used inside TLS, not IKE
 	const std::optional<ike::Identity> local = ike::parse_identity(ike.local_id);
 	if (!local)
 		fail(cert->line, "peer " + q(peer.name) +
@@ -86,6 +89,21 @@ void Loader::parse_ike_certs(const toml::table& t, const PeerConfig& peer, IkePe
 		                     ike.credentials->subject() +
 		                     ") as a subjectAltName (or, for a DN, as the subject); the peer would "
 		                     "refuse it");
+}
+
+void Loader::parse_trust(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike) {
+	constexpr std::string_view where = "[[peer]]";
+	const std::string of = " of peer " + q(peer.name);
+	auto ca_dir = get_string(t, "ca_dir", where);
+	int crl_line = 0;
+	auto crls = get_strings(t, "crl_files", where, &crl_line);
+	if (!ca_dir)
+		fail(peer.line, "peer " + q(peer.name) + " (auth = " + q(ike_auth_name(ike.auth)) +
+		                    ") needs ca_dir: a folder of PEM files with the CA certificates the " +
+		                    (ike.auth == IkeAuth::cert ? "peer's certificate"
+		                     : role_ == Role::client   ? "gateway's certificate"
+		                                               : "EAP-TLS clients' certificates") +
+		                    " must lead to");
 	// The peer's side: the CAs its certificate must lead to, and CRLs.
 	const fs::path dir =
 	    fs::path(ca_dir->value).is_absolute() ? fs::path(ca_dir->value) : base_dir_ / ca_dir->value;
@@ -140,31 +158,55 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 	auto file = get_string(t, "psk_file", where);
 	if (inline_psk && file)
 		fail(file->line, "give either 'psk' or 'psk_file' for peer " + q(peer.name) + ", not both");
-	if (t.contains("cert_file")) {
-		if (inline_psk || file)
-			fail((inline_psk ? inline_psk->line : file->line),
-			     "peer " + q(peer.name) +
-			         " has both a pre-shared key and cert_file; give one way to authenticate");
+	const bool certs = t.contains("cert_file");
+	ike.auth = certs ? IkeAuth::cert : IkeAuth::psk;
+	auto auth = get_string(t, "auth", where);
+	if (auth) {
+		bool known = false;
+		for (IkeAuth a : {IkeAuth::psk, IkeAuth::cert, IkeAuth::eap_mschapv2, IkeAuth::eap_tls})
+			if (auth->value == ike_auth_name(a)) {
+				ike.auth = a;
+				known = true;
+			}
+		if (!known)
+			fail(auth->line,
+			     "auth " + q(auth->value) + " of peer " + q(peer.name) +
+			         " is unknown; use \"psk\", \"cert\", \"eap-mschapv2\" or \"eap-tls\"");
 	}
+	const int auth_line = auth ? auth->line : peer.line;
+	const bool psk = ike.auth == IkeAuth::psk;
+	if (!psk && (inline_psk || file))
+		fail(
+		    (inline_psk ? inline_psk->line : file->line),
+		    "peer " + q(peer.name) + " has both a pre-shared key and " +
+		        (certs && !auth ? std::string("cert_file") : "auth = " + q(ike_auth_name(ike.auth))) +
+		        "; give one way to authenticate");
+	if (psk && !inline_psk && !file)
+		fail(auth_line, "peer " + q(peer.name) +
+		                    " has auth = \"psk\" but no pre-shared key; add psk = \"...\" or "
+		                    "psk_file (esptun-gateway genpsk makes one)");
+	if (psk && certs)
+		fail(t.get("cert_file") ? line_of(*t.get("cert_file")) : auth_line,
+		     "peer " + q(peer.name) +
+		         " has auth = \"psk\" and cert_file; give one way to authenticate");
 	int line = 0;
 	std::filesystem::path path;
-	const bool certs = t.contains("cert_file");
-	const SecretString text =
-	    certs ? SecretString(std::string_view(kNoPsk))
-	          : secret_text(inline_psk, file, "'psk_file' of peer " + q(peer.name), line, path);
-	// strongSwan's convention: "0x..." is hex, anything else is the key's bytes as written.
-	if (text.starts_with("0x") || text.starts_with("0X")) {
-		if (auto err = decode_hex_key(text.view(), ike.psk); !err.empty())
-			fail(line, "the pre-shared key of peer " + q(peer.name) + " " + err);
-	} else {
-		ike.psk.assign(text.begin(), text.end());
+	if (psk) {
+		const SecretString text =
+		    secret_text(inline_psk, file, "'psk_file' of peer " + q(peer.name), line, path);
+		// strongSwan's convention: "0x..." is hex, anything else is the key's bytes as written.
+		if (text.starts_with("0x") || text.starts_with("0X")) {
+			if (auto err = decode_hex_key(text.view(), ike.psk); !err.empty())
+				fail(line, "the pre-shared key of peer " + q(peer.name) + " " + err);
+		} else {
+			ike.psk.assign(text.begin(), text.end());
+		}
+		if (ike.psk.size() < kMinPskLen)
+			fail(line, "the pre-shared key of peer " + q(peer.name) + " is " +
+			               std::to_string(ike.psk.size()) + " bytes; use at least " +
+			               std::to_string(kMinPskLen) +
+			               " (esptun-gateway genpsk makes one of 32 random bytes)");
 	}
-	if (certs) ike.psk.clear();
-	if (!certs && ike.psk.size() < kMinPskLen)
-		fail(line, "the pre-shared key of peer " + q(peer.name) + " is " +
-		               std::to_string(ike.psk.size()) + " bytes; use at least " +
-		               std::to_string(kMinPskLen) +
-		               " (esptun-gateway genpsk makes one of 32 random bytes)");
 
 	auto identity = [&](std::string_view key, std::string fallback) {
 		auto v = get_string(t, key, where);
@@ -179,7 +221,7 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 	};
 	ike.local_id = identity("local_id", config_.tunnel.local_id);
 	ike.remote_id = identity("remote_id", peer.name);
-	if (certs) parse_ike_certs(t, peer, ike);
+	parse_ike_auth(t, peer, ike);
 
 	if (auto v = get_bool(t, "allow_weak", where)) ike.allow_weak = v->value;
 	int list_line = 0;
@@ -268,6 +310,158 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 }
 
 /**
+ * parse_ike_auth() - what each side needs for ike.auth, and nothing it
+ * does not use:
+ *   cert:          our certificate and key, and ca_dir for the peer's;
+ *   EAP, gateway:  our certificate and key; eap_users_file (MSCHAPv2) or
+ *                  ca_dir for the clients' certificates (EAP-TLS);
+ *   EAP, client:   ca_dir for the gateway's certificate; eap_identity and
+ *                  eap_password[_file] (MSCHAPv2) or our certificate and
+ *                  key for TLS (EAP-TLS).
+ */
+void Loader::parse_ike_auth(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike) {
+	constexpr std::string_view where = "[[peer]]";
+	const bool gateway = role_ == Role::gateway;
+	const bool eap = ike.auth == IkeAuth::eap_mschapv2 || ike.auth == IkeAuth::eap_tls;
+	const std::string as = " with auth = " + q(ike_auth_name(ike.auth)) +
+	                       (eap ? (gateway ? " on a gateway" : " on a client") : std::string());
+	auto refuse = [&](std::string_view key, const std::string& why) {
+		if (const toml::node* n = t.get(key))
+			fail(line_of(*n),
+			     q(key) + " of peer " + q(peer.name) + " is not used" + as + ": " + why);
+	};
+	const bool own_cert =
+	    ike.auth == IkeAuth::cert || (eap && gateway) || (ike.auth == IkeAuth::eap_tls && !gateway);
+	const bool trust = ike.auth == IkeAuth::cert || (eap && !gateway) || ike.auth == IkeAuth::eap_tls;
+	if (!own_cert) {
+		const char* why = ike.auth == IkeAuth::psk
+		                      ? "a pre-shared key needs no certificate"
+		                      : "the client proves itself with its EAP password, not a certificate";
+		for (std::string_view k : {"cert_file", "private_key_file", "cert_chain_file"})
+			refuse(k, why);
+	}
+	if (!trust) {
+		const char* why =
+		    ike.auth == IkeAuth::psk
+		        ? "a pre-shared key needs no CA"
+		        : "EAP-MSCHAPv2 clients prove themselves with passwords, not certificates";
+		refuse("ca_dir", why);
+		refuse("crl_files", why);
+	}
+	if (!(ike.auth == IkeAuth::eap_mschapv2 && gateway))
+		refuse("eap_users_file", "it lists the EAP-MSCHAPv2 users a gateway accepts");
+	if (!(eap && !gateway)) refuse("eap_identity", "it is a client's EAP user name");
+	if (!(ike.auth == IkeAuth::eap_mschapv2 && !gateway)) {
+		refuse("eap_password", "it is an EAP-MSCHAPv2 client's password");
+		refuse("eap_password_file", "it is an EAP-MSCHAPv2 client's password");
+	}
+	if (own_cert) parse_own_cert(t, peer, ike);
+	if (trust) parse_trust(t, peer, ike);
+	if (ike.auth == IkeAuth::eap_mschapv2 && gateway) {
+		auto users = get_string(t, "eap_users_file", where);
+		if (!users)
+			fail(peer.line,
+			     "peer " + q(peer.name) + as +
+			         " needs eap_users_file: a TOML file (mode 0600) of [[user]] tables "
+			         "with name and password");
+		ike.eap_users = parse_eap_users(*users, peer);
+	}
+	if (eap && !gateway) {
+		auto id = get_string(t, "eap_identity", where);
+		if (!id || id->value.empty() || id->value.size() > 255)
+			fail(id ? id->line : peer.line,
+			     "peer " + q(peer.name) + as +
+			         " needs eap_identity: the user name to log in with (1 to 255 bytes)");
+		ike.eap_identity = id->value;
+	}
+	if (ike.auth == IkeAuth::eap_mschapv2 && !gateway) {
+		auto inline_pw = get_secret(t, "eap_password", where);
+		auto pw_file = get_string(t, "eap_password_file", where);
+		if (inline_pw && pw_file)
+			fail(pw_file->line, "give either eap_password or eap_password_file for peer " +
+			                        q(peer.name) + ", not both");
+		if (!inline_pw && !pw_file)
+			fail(peer.line, "peer " + q(peer.name) + as +
+			                    " needs eap_password or eap_password_file (a file of mode 0600)");
+		int line = 0;
+		std::filesystem::path path;
+		ike.eap_password = secret_text(inline_pw, pw_file,
+		                               "'eap_password_file' of peer " + q(peer.name), line, path);
+		while (!ike.eap_password.empty() &&
+		       (ike.eap_password.back() == '\n' || ike.eap_password.back() == '\r'))
+			ike.eap_password.pop_back();
+		if (ike.eap_password.empty())
+			fail(line, "the EAP password of peer " + q(peer.name) + " is empty");
+		try {
+			(void)ike::eap::nt_password_hash(ike.eap_password.view());
+		} catch (const std::exception& e) {
+			fail(line, "the EAP password of peer " + q(peer.name) + ": " + e.what());
+		}
+	}
+}
+
+/**
+ * parse_eap_users() - eap_users_file: [[user]] tables with name and
+ * password, read as a private key is (mode 0600, owned by root). Only each
+ * password's NT hash is kept (EAP-MSCHAPv2 needs nothing else).
+ */
+std::shared_ptr<const ike::EapUsers> Loader::parse_eap_users(const Found<std::string>& f,
+                                                             const PeerConfig& peer) {
+	const std::string what = "eap_users_file of peer " + q(peer.name);
+	const SecretString text = read_pem(f, what, true, kMaxUsersFile);
+	toml::table doc;
+	try {
+		doc = toml::parse(text.view());
+	} catch (const toml::parse_error& e) {
+		fail(f.line, what + " (" + f.value + ") line " + std::to_string(e.source().begin.line) +
+		                 ": " + std::string(e.description()));
+	}
+	auto at = [&](const toml::node& n) {
+		return what + " (" + f.value + ") line " + std::to_string(n.source().begin.line);
+	};
+	for (auto&& [k, v] : doc)
+		if (k.str() != "user")
+			fail(f.line, at(v) + ": unknown key " + q(std::string(k.str())) +
+			                 "; the file holds only [[user]] tables");
+	auto users = std::make_shared<ike::EapUsers>();
+	const toml::array* list = doc["user"].as_array();
+	if (!list || list->empty())
+		fail(f.line, what + " (" + f.value +
+		                 ") lists no users; add [[user]] tables with name = \"...\" and "
+		                 "password = \"...\"");
+	if (list->size() > kMaxEapUsers)
+		fail(f.line, what + " lists more than " + std::to_string(kMaxEapUsers) + " users");
+	for (const toml::node& n : *list) {
+		const toml::table* u = n.as_table();
+		if (!u) fail(f.line, at(n) + ": each user is a [[user]] table");
+		for (auto&& [k, v] : *u)
+			if (k.str() != "name" && k.str() != "password")
+				fail(f.line, at(v) + ": unknown key " + q(std::string(k.str())) +
+				                 " in [[user]] (it takes name and password)");
+		const auto name = (*u)["name"].value<std::string>();
+		const toml::node* pw = u->get("password");
+		if (!name || name->empty() || name->size() > 255)
+			fail(f.line, at(n) + ": [[user]] needs name = \"...\" (1 to 255 bytes)");
+		if (!pw || !pw->is_string() || pw->as_string()->get().empty())
+			fail(f.line, at(n) + ": user " + q(*name) + " needs password = \"...\"");
+		SecretBytes hash;
+		try {
+			hash = ike::eap::nt_password_hash(pw->as_string()->get());
+		} catch (const std::exception& e) {
+			fail(f.line, at(n) + ": the password of user " + q(*name) + ": " + e.what());
+		}
+		if (!users->emplace(*name, std::move(hash)).second)
+			fail(f.line, at(n) + ": user " + q(*name) + " is listed twice");
+	}
+	// The parsed document holds the passwords in toml++'s own strings: wipe them.
+	for (toml::node& n : *doc["user"].as_array())
+		if (toml::table* u = n.as_table())
+			if (toml::value<std::string>* pw = (*u)["password"].as_string())
+				OPENSSL_cleanse(pw->get().data(), pw->get().size());
+	return users;
+}
+
+/**
  * parse_fragment_size() - ike_fragment_size: the largest IP datagram an
  * IKE fragment may make (RFC 7383 section 2.5.1 leaves it to the sender).
  * At least ike::kMinFragmentSize, at most the largest IP datagram.
@@ -286,6 +480,20 @@ uint32_t Loader::parse_fragment_size(const toml::table& t, std::string_view wher
 } // namespace esptun::conf::detail
 
 namespace esptun::conf {
+
+std::string_view ike_auth_name(IkeAuth a) noexcept {
+	switch (a) {
+	case IkeAuth::psk:
+		return "psk";
+	case IkeAuth::cert:
+		return "cert";
+	case IkeAuth::eap_mschapv2:
+		return "eap-mschapv2";
+	case IkeAuth::eap_tls:
+		return "eap-tls";
+	}
+	return "?";
+}
 
 std::vector<std::string> weak_peer_warnings(const Config& config) {
 	std::vector<std::string> out;

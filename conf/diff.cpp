@@ -18,7 +18,10 @@ bool same_ike(const IkePeerConfig& a, const IkePeerConfig& b) {
 	       a.local_ts == b.local_ts && a.dpd_interval == b.dpd_interval && a.rekey_time == b.rekey_time &&
 	       a.ike_rekey_time == b.ike_rekey_time && a.rekey_bytes == b.rekey_bytes &&
 	       a.rekey_packets == b.rekey_packets && a.initiate == b.initiate &&
-	       a.allow_weak == b.allow_weak && a.fragment_size == b.fragment_size;
+	       a.allow_weak == b.allow_weak && a.fragment_size == b.fragment_size && a.auth == b.auth &&
+	       a.eap_identity == b.eap_identity && a.eap_password == b.eap_password &&
+	       ((!a.eap_users && !b.eap_users) ||
+	        (a.eap_users && b.eap_users && *a.eap_users == *b.eap_users));
 }
 
 bool same_sa(const SaConfig& a, const SaConfig& b) {

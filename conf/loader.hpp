@@ -116,7 +116,11 @@ private:
 	void parse_allowed_ips(const toml::table& t, PeerConfig& peer, bool may_be_empty);
 	void parse_endpoint_key(const toml::table& t, PeerConfig& peer);
 	IkePeerConfig parse_ike_peer(const toml::table& t, const PeerConfig& peer);
-	void parse_ike_certs(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike);
+	void parse_ike_auth(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike);
+	void parse_own_cert(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike);
+	void parse_trust(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike);
+	std::shared_ptr<const ike::EapUsers> parse_eap_users(const Found<std::string>& file,
+	                                                     const PeerConfig& peer);
 	/**
 	 * read_pem() - a PEM file named by a config value, read now (before any
 	 * privilege drop) through files_
@@ -125,7 +129,10 @@ private:
 	 * @secret: a private key: mode 0600 or stricter, owned by root (or by
 	 *          the user the loader runs as)
 	 */
-	SecretString read_pem(const Found<std::string>& file, const std::string& what, bool secret);
+	SecretString read_pem(const Found<std::string>& file, const std::string& what, bool secret,
+	                      size_t max_size = kPemFileMax);
+	/// A certificate, chain, CA or CRL file larger than this is refused.
+	static constexpr size_t kPemFileMax = 256 * 1024;
 
 	/// ike_fragment_size in @t ([tunnel] or a [[peer]]), checked; @fallback when absent.
 	uint32_t parse_fragment_size(const toml::table& t, std::string_view where, uint32_t fallback);

@@ -172,6 +172,12 @@ public:
 			setup_failed("setting the TLS version");
 		SSL_CTX_set_security_level(c, 2);
 		SSL_CTX_set_options(c, SSL_OP_NO_TICKET | SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+		// strongSwan's TLS server (5.9) sends no renegotiation_info (RFC
+		// 5746), which OpenSSL 3 refuses by default. What that extension
+		// guards against is a renegotiation spliced onto another session;
+		// here none happens at all (SSL_OP_NO_RENEGOTIATION), so a server
+		// without it is let in.
+		if (!server) SSL_CTX_set_options(c, SSL_OP_LEGACY_SERVER_CONNECT);
 		SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
 		if (SSL_CTX_use_certificate(c, static_cast<X509*>(CertAccess::cert(ours))) != 1)
 			setup_failed("using our certificate");

@@ -483,6 +483,7 @@ std::vector<IkeSaStatus> Engine::status(Clock::time_point now) const {
 			s.dns.push_back(to_string(a));
 		s.peer_auth = sa->peer_auth;
 		s.peer_subject = sa->peer_subject;
+		s.eap_identity = sa->eap_identity;
 		s.peer_issuer = sa->peer_issuer;
 		for (const ChildSa& c : sa->children) {
 			ChildStatus cs;

@@ -20,6 +20,7 @@
 #include "base/inet.hpp"
 #include "crypto/esp_transform.hpp"
 #include "ike/cert.hpp"
+#include "ike/eap.hpp"
 #include "ike/keymat.hpp"
 #include "ike/log_budget.hpp"
 #include "ike/message.hpp"
@@ -28,6 +29,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -67,6 +69,16 @@ inline constexpr uint32_t kDefaultFragmentSize = 1280;
 /// take (RFC 791); a smaller one buys nothing and multiplies the fragments.
 inline constexpr uint32_t kMinFragmentSize = 576;
 
+/// Which side of EAP (RFC 7296 section 2.16) we are for a peer.
+enum class EapRole : uint8_t {
+	none,   ///< no EAP: both sides authenticate with AUTH (PSK or certificates)
+	server, ///< gateway: we sign with our certificate, the peer authenticates by EAP
+	client, ///< client: the gateway signs with its certificate, we authenticate by EAP
+};
+
+/// "EAP-MSCHAPv2", "EAP-TLS" (or "EAP type N") for log lines and status.
+std::string eap_method_name(uint8_t type);
+
 /// One peer keyed by IKE, as configured.
 struct PeerPolicy {
 	std::string name;
@@ -77,6 +89,23 @@ struct PeerPolicy {
 	std::shared_ptr<const Credentials> credentials;
 	std::shared_ptr<const TrustStore> trust;
 	bool uses_certs() const noexcept { return credentials && trust; }
+	/// EAP: our role and the method (eap::type::mschapv2 or eap::type::tls).
+	/// Server: credentials sign our AUTH; trust verifies EAP-TLS client
+	/// certificates (unused for MSCHAPv2). Client: trust verifies the
+	/// gateway's certificate; credentials are our EAP-TLS certificate.
+	EapRole eap_role = EapRole::none;
+	uint8_t eap_method = 0;
+	std::shared_ptr<const EapUsers> eap_users; ///< server, MSCHAPv2
+	std::string eap_identity;                  ///< client: our EAP-Identity and MSCHAPv2 name
+	SecretString eap_password;                 ///< client, MSCHAPv2; wiped when freed
+	/// We authenticate with a signature (certificates, with or without EAP after it).
+	bool we_sign() const noexcept {
+		return credentials && (eap_role == EapRole::server || (eap_role == EapRole::none && trust));
+	}
+	/// The peer authenticates with a signature we verify against trust.
+	bool peer_signs() const noexcept {
+		return trust && (eap_role == EapRole::client || (eap_role == EapRole::none && credentials));
+	}
 	Identity local_id, remote_id;
 	std::vector<IkeSuite> ike_proposals;
 	std::vector<EspSuite> esp_proposals;
@@ -240,6 +269,9 @@ struct IkeCounters {
 	/// Messages given up half reassembled: timed out, another message ID
 	/// began, or more fragments announced (their reassembly restarts).
 	uint64_t reassembly_abandoned = 0;
+	/// EAP conversations that ended in EAP-Failure or were abandoned
+	/// (malformed, out of order, too many rounds), either role.
+	uint64_t eap_failed = 0;
 };
 
 /// Status of one CHILD_SA for the status JSON.
@@ -272,6 +304,9 @@ struct IkeSaStatus {
 	/// with certificates, its certificate's subject and issuer.
 	std::string peer_auth;
 	std::string peer_subject, peer_issuer;
+	/// Gateway: the identity the peer's EAP authenticated (the MSCHAPv2 user
+	/// name or the EAP-TLS certificate's subject); empty without EAP.
+	std::string eap_identity;
 	std::vector<ChildStatus> children;
 };
 
@@ -408,6 +443,25 @@ private:
 	void handle_auth_request(IkeSa& sa, std::span<const uint8_t> msg, std::vector<Payload>& inner,
 	                         Clock::time_point now);
 	void handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now);
+	/// The rest of IKE_AUTH once the peer is authenticated (sa.peer set):
+	/// the configuration payload and the first CHILD_SA from @request (the
+	/// first IKE_AUTH message: with EAP, not the last), then @reply goes.
+	void finish_auth_request(IkeSa& sa, const Header& req, const std::vector<Payload>& request,
+	                         std::vector<Payload> reply, Clock::time_point now);
+	/// Initiator: the rest of IKE_AUTH once the responder is authenticated.
+	void finish_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now);
+	/// Answers AUTHENTICATION_FAILED (after @extra) and closes @sa; @why is logged.
+	void refuse_auth(IkeSa& sa, const Header& req, const std::string& why,
+	                 std::vector<Payload> extra = {});
+	/// Why @pol may not use the IKE SA's suite, or "".
+	std::string suite_refusal(const IkeSa& sa, const PeerPolicy& pol) const;
+	// EAP in IKE_AUTH (engine_eap.cpp).
+	void begin_eap_server(IkeSa& sa, const Header& req, size_t peer, const IdPayload& idi,
+	                      const std::vector<Payload>& inner, Clock::time_point now);
+	void handle_eap_request(IkeSa& sa, const Header& req, std::vector<Payload>& inner,
+	                        Clock::time_point now);
+	void handle_eap_response(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now);
+	void fail_eap_server(IkeSa& sa, const Header& req, const std::string& why, bool send_failure);
 	void handle_response(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now);
 	void handle_informational_request(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now);
 	void handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now);

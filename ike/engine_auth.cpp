@@ -34,17 +34,42 @@ ChildKeys Engine::child_keys(const IkeSa& sa, crypto::Cipher c, bool esn, uint32
 	return k;
 }
 
+void Engine::refuse_auth(IkeSa& sa, const Header& req, const std::string& why, std::vector<Payload> extra) {
+	counters_.auth_failed++;
+	log_limited(why);
+	extra.push_back(make_notify(notify::authentication_failed));
+	send_response(sa, req, extra);
+	sa.state = IkeSa::State::closed;
+}
+
+std::string Engine::suite_refusal(const IkeSa& sa, const PeerPolicy& pol) const {
+	// IKE_SA_INIT chose the IKE SA's suite before we knew who the peer is,
+	// from all peers' ike_proposals together. Now that we know, the suite
+	// must be one of its own, or it could use a suite only another peer
+	// allows.
+	if (std::find(pol.ike_proposals.begin(), pol.ike_proposals.end(), sa.suite) !=
+	    pol.ike_proposals.end())
+		return {};
+	return "peer " + pol.name + ": refused after authentication: " + endpoint_text(sa.remote) +
+	       " negotiated " + ike_suite_name(sa.suite) + ", which is not in this peer's ike_proposals (" +
+	       suites_text(pol.ike_proposals) + ")";
+}
+
 void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, std::vector<Payload>& inner,
                                  Clock::time_point now) {
 	const Header req{sa.spi_i,           sa.spi_r,       PayloadType::sk,     kVersion2,
 	                 Exchange::ike_auth, kFlagInitiator, sa.peer_next_id - 1, 0};
+	if (sa.eap) {
+		handle_eap_request(sa, req, inner, now);
+		return;
+	}
 	const IdPayload* idi = find_id(inner, true);
 	const AuthPayload* auth = find_in<AuthPayload>(inner);
-	if (!idi || !auth) {
+	if (!idi) {
 		counters_.malformed++;
 		const Payload p[] = {make_notify(notify::invalid_syntax)};
 		send_response(sa, req, p);
-		close(sa, "IKE_AUTH without identity or AUTH payload", false, now);
+		close(sa, "IKE_AUTH without identity payload", false, now);
 		return;
 	}
 	const Identity who{idi->type, idi->data};
@@ -54,63 +79,69 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 			match = i;
 			break;
 		}
-	const auto fail_auth = [&](const std::string& why) {
-		counters_.auth_failed++;
-		log_limited(why);
-		const Payload p[] = {make_notify(notify::authentication_failed)};
-		send_response(sa, req, p);
-		sa.state = IkeSa::State::closed;
-	};
 	if (!match) {
-		fail_auth("IKE_AUTH from " + endpoint_text(sa.remote) +
-		          ": authentication failed: identity '" + identity_text(who) +
-		          "' is not configured for any peer");
+		refuse_auth(sa, req,
+		            "IKE_AUTH from " + endpoint_text(sa.remote) +
+		                ": authentication failed: identity '" + identity_text(who) +
+		                "' is not configured for any peer");
 		return;
 	}
 	const PeerPolicy& pol = peers_[*match];
-	if (pol.uses_certs()) {
+	const std::string peer_at = "peer " + pol.name +
+	                            ": authentication failed: " + endpoint_text(sa.remote) + " (ID '" +
+	                            identity_text(who) + "')";
+	// Section 2.16: an initiator that leaves AUTH out asks for EAP.
+	if (pol.eap_role == EapRole::server) {
+		if (auth)
+			refuse_auth(sa, req,
+			            peer_at +
+			                " authenticates with AUTH, but this peer must use EAP (auth = " +
+			                eap_method_name(pol.eap_method) + ")");
+		else if (const std::string why = suite_refusal(sa, pol); !why.empty())
+			refuse_auth(sa, req, why);
+		else
+			begin_eap_server(sa, req, *match, *idi, inner, now);
+		return;
+	}
+	if (!auth) {
+		refuse_auth(sa, req,
+		            peer_at + " asks for EAP (no AUTH payload), but this peer authenticates with " +
+		                (pol.peer_signs() ? "certificates" : "a pre-shared key"));
+		return;
+	}
+	if (pol.peer_signs()) {
 		const std::string why = verify_cert_auth(
 		    sa, pol, who, inner, *auth,
 		    signed_octets(sa.suite.prf, sa.init_request, sa.nr, sa.keys.sk_pi, idi->body()));
 		if (!why.empty()) {
-			fail_auth("peer " + pol.name + ": authentication failed: " +
-			          endpoint_text(sa.remote) + " (ID '" + identity_text(who) + "'): " + why);
+			refuse_auth(sa, req, peer_at + ": " + why);
 			return;
 		}
 	} else {
 		const std::vector<uint8_t> want =
 		    psk_auth(sa.suite.prf, pol.psk, sa.init_request, sa.nr, sa.keys.sk_pi, idi->body());
 		if (auth->method != AuthMethod::psk || !ct_equal(auth->data, want)) {
-			fail_auth(
-			    "peer " + pol.name + ": authentication failed: " + endpoint_text(sa.remote) +
-			    " (ID '" + identity_text(who) + "') " +
-			    (auth->method != AuthMethod::psk ? "uses an authentication method other than PSK"
-			                                     : "does not prove our pre-shared key"));
+			refuse_auth(sa, req,
+			            peer_at + " " +
+			                (auth->method != AuthMethod::psk
+			                     ? "uses an authentication method other than PSK"
+			                     : "does not prove our pre-shared key"));
 			return;
 		}
 		sa.peer_auth = "psk";
 	}
-	// IKE_SA_INIT chose the IKE SA's suite before we knew who the peer is,
-	// from all peers' ike_proposals together. Now that it has proven who it
-	// is, the suite must be one of its own, or it could use a suite only
-	// another peer allows. Section 2.21.2: any error that makes IKE_AUTH
-	// fail is answered AUTHENTICATION_FAILED (NO_PROPOSAL_CHOSEN here would
-	// speak of the CHILD_SA only and leave the IKE SA up).
-	if (std::find(pol.ike_proposals.begin(), pol.ike_proposals.end(), sa.suite) ==
-	    pol.ike_proposals.end()) {
-		std::string own;
-		for (const IkeSuite& s : pol.ike_proposals)
-			own += (own.empty() ? "" : ", ") + ike_suite_name(s);
-		fail_auth("peer " + pol.name + ": refused after authentication: " + endpoint_text(sa.remote) +
-		          " negotiated " + ike_suite_name(sa.suite) +
-		          ", which is not in this peer's ike_proposals (" + own + ")");
+	// Section 2.21.2: any error that makes IKE_AUTH fail is answered
+	// AUTHENTICATION_FAILED (NO_PROPOSAL_CHOSEN here would speak of the
+	// CHILD_SA only and leave the IKE SA up).
+	if (const std::string why = suite_refusal(sa, pol); !why.empty()) {
+		refuse_auth(sa, req, why);
 		return;
 	}
 	sa.peer = match;
 
 	IdPayload idr{false, pol.local_id.type, pol.local_id.data};
 	std::vector<Payload> reply{idr};
-	if (pol.uses_certs()) {
+	if (pol.we_sign()) {
 		for (Payload& p : cert_payloads(*pol.credentials))
 			reply.push_back(std::move(p));
 		reply.push_back(pol.credentials->sign(
@@ -120,11 +151,18 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 		reply.push_back(AuthPayload{AuthMethod::psk, psk_auth(sa.suite.prf, pol.psk, sa.init_response,
 		                                                      sa.ni, sa.keys.sk_pr, idr.body())});
 	}
+	finish_auth_request(sa, req, inner, std::move(reply), now);
+}
+
+void Engine::finish_auth_request(IkeSa& sa, const Header& req, const std::vector<Payload>& request,
+                                 std::vector<Payload> reply, Clock::time_point now) {
+	const size_t peer = *sa.peer;
+	const PeerPolicy& pol = peers_[peer];
 	// A client asking for a virtual address gets its fixed one(s) or a lease
 	// from the pool, and the DNS servers. Without any address it gets
 	// INTERNAL_ADDRESS_FAILURE and no CHILD_SA (section 3.10.1).
 	bool address_failed = false;
-	if (const CpPayload* cp = find_in<CpPayload>(inner); cp && cp->type == CpType::request) {
+	if (const CpPayload* cp = find_in<CpPayload>(request); cp && cp->type == CpType::request) {
 		bool want4 = false, want6 = false, want_dns = false;
 		for (const CpAttribute& at : cp->attributes) {
 			want4 = want4 || at.type == cp_attr::internal_ip4_address;
@@ -143,9 +181,9 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 		if (!out.attributes.empty()) reply.push_back(out);
 		sa.dns = address_failed ? std::vector<IpAddress>{} : pol.dns;
 	}
-	const SaPayload* child_sa = find_in<SaPayload>(inner);
-	const TsPayload* tsi = find_ts(inner, true);
-	const TsPayload* tsr = find_ts(inner, false);
+	const SaPayload* child_sa = find_in<SaPayload>(request);
+	const TsPayload* tsi = find_ts(request, true);
+	const TsPayload* tsr = find_ts(request, false);
 	std::string child_note;
 	if (address_failed) {
 		child_note = "no CHILD_SA: no virtual address for it";
@@ -153,10 +191,10 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 	} else if (child_sa && tsi && tsr) {
 		std::optional<EspChoice> choice =
 		    choose_esp(*child_sa, pol.esp_proposals, ChildExchange::ike_auth);
-		std::vector<TrafficSelector> ts_i = narrow(tsi->selectors, peer_side(*match));
+		std::vector<TrafficSelector> ts_i = narrow(tsi->selectors, peer_side(peer));
 		// TSr is what the peer asks to reach through us: only local_ts of it
 		// (section 2.9; without local_ts, all of it, as far as it is sane).
-		std::vector<TrafficSelector> ts_r = narrow(tsr->selectors, local_side(*match));
+		std::vector<TrafficSelector> ts_r = narrow(tsr->selectors, local_side(peer));
 		if (!choice) {
 			counters_.no_proposal++;
 			child_note =
@@ -178,7 +216,7 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 		               with_local(child_keys(sa, choice->cipher, choice->esn, *spi, choice->peer_spi,
 		                                     false, sa.ni, sa.nr),
 		                          ts_r);
-		           !host_.install_child(*match, keys, true)) {
+		           !host_.install_child(peer, keys, true)) {
 			refuse_sa(sa, "no CHILD_SA: the host could not install it");
 			reply.push_back(make_notify(notify::no_additional_sas));
 		} else {
@@ -238,12 +276,16 @@ std::vector<IpPrefix> Engine::peer_side(size_t peer) const {
 }
 
 void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now) {
+	if (sa.eap) {
+		handle_eap_response(sa, inner, now);
+		return;
+	}
 	const PeerPolicy& pol = peers_[*sa.peer];
 	if (find_notify_in(inner, notify::authentication_failed)) {
 		counters_.auth_failed++;
 		close(sa,
 		      "authentication failed: " + endpoint_text(sa.remote) + " rejected our identity or " +
-		          (pol.uses_certs() ? "certificate" : "pre-shared key") + " (AUTHENTICATION_FAILED)",
+		          (pol.we_sign() ? "certificate" : "pre-shared key") + " (AUTHENTICATION_FAILED)",
 		      true, now);
 		return;
 	}
@@ -266,7 +308,7 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 		      true, now);
 		return;
 	}
-	if (pol.uses_certs()) {
+	if (pol.peer_signs()) {
 		const std::string why = verify_cert_auth(
 		    sa, pol, pol.remote_id, inner, *auth,
 		    signed_octets(sa.suite.prf, sa.init_response, sa.ni, sa.keys.sk_pr, idr->body()));
@@ -294,6 +336,11 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 		}
 		sa.peer_auth = "psk";
 	}
+	finish_auth_response(sa, inner, now);
+}
+
+void Engine::finish_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now) {
+	const PeerPolicy& pol = peers_[*sa.peer];
 	const uint32_t spi_in = sa.reserved_spi;
 	sa.reserved_spi = 0;
 	if (pol.request_address) {
@@ -369,8 +416,9 @@ std::vector<Payload> Engine::cert_init_payloads() const {
 	std::vector<uint8_t> hashes;
 	bool any = false;
 	for (size_t i = 0; i < peers_.size(); i++) {
-		if (!active_[i] || !peers_[i].uses_certs()) continue;
+		if (!active_[i] || !(peers_[i].we_sign() || peers_[i].peer_signs())) continue;
 		any = true;
+		if (!peers_[i].peer_signs()) continue;
 		const std::vector<uint8_t>& h = peers_[i].trust->ca_key_hashes();
 		for (size_t off = 0; off + SHA_DIGEST_LENGTH <= h.size(); off += SHA_DIGEST_LENGTH) {
 			if (hashes.size() >= kMaxCertreqCas * SHA_DIGEST_LENGTH) break;

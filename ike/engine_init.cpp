@@ -442,7 +442,7 @@ void Engine::send_init(IkeSa& sa, Clock::time_point now) {
 	payloads.push_back(NoncePayload{sa.ni});
 	for (Payload& p : nat_detection(sa.spi_i, 0, sa.via, sa.remote))
 		payloads.push_back(std::move(p));
-	if (pol.uses_certs())
+	if (pol.we_sign() || pol.peer_signs())
 		payloads.push_back(make_notify(notify::signature_hash_algorithms, sig_hashes_notify_data()));
 
 	// RFC 7383 section 2.3: we take fragments and send them when the responder does too.
@@ -553,7 +553,15 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 	IdPayload idi{true, pol.local_id.type, pol.local_id.data};
 	IdPayload idr{false, pol.remote_id.type, pol.remote_id.data};
 	std::vector<Payload> payloads{idi};
-	if (pol.uses_certs()) {
+	if (pol.eap_role == EapRole::client) {
+		// Section 2.16: IDi, [CERTREQ,] [IDr,] and no AUTH: we authenticate
+		// by EAP once the gateway has proven itself with its certificate.
+		payloads.push_back(RawPayload{PayloadType::certreq, false, pol.trust->certreq_body()});
+		payloads.push_back(idr);
+		sa.eap = std::make_unique<EapState>();
+		sa.eap->peer = *sa.peer;
+		sa.eap->identity = pol.eap_identity;
+	} else if (pol.we_sign()) {
 		// Section 1.2: IDi, [CERT,] [CERTREQ,] [IDr,] AUTH.
 		for (Payload& p : cert_payloads(*pol.credentials))
 			payloads.push_back(std::move(p));

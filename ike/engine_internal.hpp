@@ -31,6 +31,13 @@ constexpr uint32_t kRestartMinS = 2, kRestartMaxS = 60;
 
 enum class RequestKind : uint8_t { init, auth, liveness, del_ike, del_child, rekey_child, rekey_ike };
 
+/// EAP in IKE_AUTH: at most this many EAP round trips (each an IKE_AUTH
+/// exchange) before the conversation is given up. EAP-TLS with a long
+/// chain in 1 KB fragments needs a few dozen; MSCHAPv2 needs four.
+constexpr unsigned kMaxEapRounds = 64;
+/// An EAP identity longer than this is refused.
+constexpr size_t kMaxEapIdentity = 255;
+
 /// @s seconds less up to 10%: two peers with the same settings rarely rekey
 /// at the same moment (collisions are handled, but cost an extra exchange).
 inline Clock::duration jittered(uint32_t s) {
@@ -370,6 +377,31 @@ struct Reassembly {
 	}
 };
 
+/**
+ * EapState - one IKE SA's EAP conversation (RFC 7296 section 2.16), for
+ * either role, from the first IKE_AUTH without AUTH until AUTH with the MSK.
+ */
+struct EapState {
+	enum class Stage : uint8_t {
+		identity, ///< server: EAP-Identity requested; client: awaiting requests
+		method,   ///< the method is under way
+		success,  ///< EAP-Success sent or received: AUTH with the MSK comes next
+	};
+	Stage stage = Stage::identity;
+	size_t peer = 0; ///< the policy whose EAP this is (the IKE SA's peer is set only once AUTH verifies)
+	uint8_t id = 0;  ///< server: the identifier of our outstanding request
+	unsigned rounds = 0;
+	std::string identity;               ///< the peer's EAP-Identity (server) or ours (client)
+	std::vector<uint8_t> id_body;       ///< the IDi (server) or IDr (client) body AUTH covers
+	std::vector<Payload> first_request; ///< server: the first IKE_AUTH's SA, TS and CP payloads
+	std::unique_ptr<eap::ServerMethod> server;
+	std::unique_ptr<eap::PeerMethod> client;
+	SecretBytes msk;              ///< after success; wiped when freed
+	std::string authenticated_as; ///< server: what the method proved
+	std::string refusal;          ///< client: the method's account of the gateway's refusal
+	bool refused = false;         ///< server: the method refused the peer (logged, counted)
+};
+
 struct Engine::IkeSa {
 	enum class State : uint8_t { init_sent, auth_sent, responder_init, established, closed };
 	State state = State::init_sent;
@@ -416,6 +448,9 @@ struct Engine::IkeSa {
 	SigHashSet peer_sig_hashes = 0;
 	/// How the peer authenticated, for status (IkeSaStatus::peer_auth).
 	std::string peer_auth, peer_subject, peer_issuer;
+	std::string eap_identity; ///< gateway: who the peer's EAP authenticated
+	/// EAP under way in IKE_AUTH (either role); reset once the IKE SA is up.
+	std::unique_ptr<EapState> eap;
 	uint32_t child_rekeys = 0, ike_rekeys = 0;
 
 	uint64_t our_spi() const noexcept { return initiator ? spi_i : spi_r; }

@@ -42,10 +42,11 @@ test_pkgs=(iproute2 iperf3 iputils-ping python3-scapy clang clang-format libclan
 	python3-cryptography)
 # `esptun-bench compare` peers: userspace WireGuard (wireguard-go, configured
 # with wg), OpenVPN 2.6, and strongSwan's charon with kernel-libipsec (the
-# standard plugins bring the gcm and openssl crypto libipsec's AES-GCM needs).
+# standard plugins bring the gcm and openssl crypto libipsec's AES-GCM needs;
+# extauth brings EAP-MSCHAPv2 for the EAP interop tests).
 # The tool runs them only inside namespaces it creates.
 peer_pkgs=(wireguard-go wireguard-tools openvpn strongswan-charon strongswan-swanctl libcharon-extra-plugins
-	libstrongswan-extra-plugins libstrongswan-standard-plugins)
+	libcharon-extauth-plugins libstrongswan-extra-plugins libstrongswan-standard-plugins)
 # VM tests: a stock Debian kernel (vhost_net.ko, esp4.ko) booted under qemu
 # with a busybox initramfs.
 vm_pkgs=(qemu-system-x86 linux-image-amd64 busybox-static cpio kmod)

@@ -79,6 +79,15 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 		pol.psk = p.ike->psk;
 		pol.credentials = p.ike->credentials;
 		pol.trust = p.ike->trust;
+		if (p.ike->auth == conf::IkeAuth::eap_mschapv2 || p.ike->auth == conf::IkeAuth::eap_tls) {
+			pol.eap_role =
+			    config.role == conf::Role::gateway ? ike::EapRole::server : ike::EapRole::client;
+			pol.eap_method = p.ike->auth == conf::IkeAuth::eap_tls ? ike::eap::type::tls
+			                                                       : ike::eap::type::mschapv2;
+			pol.eap_users = p.ike->eap_users;
+			pol.eap_identity = p.ike->eap_identity;
+			pol.eap_password = p.ike->eap_password;
+		}
 		const std::string local = !p.ike->local_id.empty() ? p.ike->local_id : hostname;
 		pol.local_id =
 		    ike::parse_identity(local).value_or(ike::Identity{ike::IdType::fqdn, {'e', 's', 'p'}});
@@ -609,6 +618,7 @@ Json IkeService::status_json() const {
 		// How the peer proved itself: "psk", or its key and signature scheme
 		// with its certificate's subject and issuer; absent before IKE_AUTH.
 		if (!s.peer_auth.empty()) sa["peer_auth"] = s.peer_auth;
+		if (!s.eap_identity.empty()) sa["eap_identity"] = s.eap_identity;
 		if (!s.peer_subject.empty()) {
 			sa["peer_subject"] = s.peer_subject;
 			sa["peer_issuer"] = s.peer_issuer;

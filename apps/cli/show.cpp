@@ -151,6 +151,7 @@ std::string show_ike_sa(const Json& sa, const Paint& p) {
 		out += line(p, "virtual ips", strings(&ips));
 	if (const Json& dns = items(get(sa, "dns")); !dns.empty()) out += line(p, "dns", strings(&dns));
 	if (!str(sa, {"peer_auth"}).empty()) out += line(p, "peer auth", str(sa, {"peer_auth"}));
+	if (!str(sa, {"eap_identity"}).empty()) out += line(p, "eap identity", str(sa, {"eap_identity"}));
 	if (!str(sa, {"peer_subject"}).empty())
 		out += line(p, "peer cert",
 		            str(sa, {"peer_subject"}) + " (issuer " + str(sa, {"peer_issuer"}) + ")");

@@ -54,7 +54,7 @@ SWANCTL = "swanctl"
 PLUGINS = ("random nonce openssl pem pkcs1 x509 pubkey aes sha1 sha2 hmac gcm curve25519 gmp "
            "kdf kernel-libipsec kernel-netlink socket-default vici")
 PACKAGES = ("strongswan-charon strongswan-swanctl libcharon-extra-plugins "
-            "libstrongswan-extra-plugins")
+            "libcharon-extauth-plugins libstrongswan-extra-plugins")
 
 
 def require_tools():
@@ -122,6 +122,9 @@ class Config:
     # remote_addr may be "%any" (accept IKE from anywhere, never initiate);
     # remote_ts "dynamic" is the peer's (virtual) address.
     pools: dict = None
+    # A road-warrior client: the virtual IP(s) to ask for ("0.0.0.0": any
+    # IPv4 address). The child's local_ts should then be "dynamic".
+    vips: str = None
     # Certificates instead of the PSK (tests/netns/test_ike_strongswan_certs.py):
     # swanctl_dir is the Charon's own folder (swanctl --load-all reads the
     # credentials beside its swanctl.conf) holding x509/ (cert: our
@@ -129,6 +132,17 @@ class Config:
     # rsa/ or ecdsa/ (the key). None: PSK as above.
     swanctl_dir: str = None
     cert: str = None
+    # EAP (RFC 7296 section 2.16), with swanctl_dir: each side's auth
+    # ("pubkey", "eap-mschapv2", "eap-tls"; None: pubkey), its eap_id
+    # ("%any" on a gateway's remote side makes charon ask EAP-Identity), and
+    # the EAP users charon knows ({name: password}: a gateway's users or a
+    # client's own). Loads the EAP plugins (eap-mschapv2 is in
+    # libcharon-extauth-plugins).
+    local_auth: str = None
+    remote_auth: str = None
+    local_eap_id: str = None
+    remote_eap_id: str = None
+    eap_secrets: dict = None
 
 
 def _csv(v):
@@ -139,12 +153,17 @@ def _dur(v):
     return f"{v}s" if isinstance(v, (int, float)) else str(v)
 
 
+def _uses_eap(cfg):
+    return any(a and a.startswith("eap") for a in (cfg.local_auth, cfg.remote_auth))
+
+
 def strongswan_conf(cfg, vici_socket):
     """strongswan_conf() - charon's strongswan.conf text."""
+    plugins = PLUGINS + (" eap-identity eap-mschapv2 eap-tls" if _uses_eap(cfg) else "")
     return f"""charon {{
   # explicit plugin list: kernel-libipsec BEFORE kernel-netlink so libipsec is the IPsec backend
   load_modular = no
-  load = {PLUGINS}
+  load = {plugins}
   install_routes = yes
   retransmit_timeout = {cfg.retransmit_timeout}
   retransmit_base = {cfg.retransmit_base}
@@ -183,6 +202,8 @@ def swanctl_conf(cfg):
             f"    mobike = {'yes' if cfg.mobike else 'no'}"]
     if cfg.pools:
         conn.append(f"    pools = {','.join(cfg.pools)}")
+    if cfg.vips:
+        conn.append(f"    vips = {cfg.vips}")
     opt = [("rekey_time", cfg.ike_rekey_time), ("over_time", cfg.ike_over_time),
            ("reauth_time", cfg.ike_reauth_time), ("dpd_delay", cfg.dpd_delay),
            ("remote_port", cfg.remote_port), ("local_port", cfg.local_port)]
@@ -203,17 +224,28 @@ def swanctl_conf(cfg):
     psk = cfg.psk.replace("\\", "\\\\").replace('"', '\\"')
     nl = "\n"
     if cfg.swanctl_dir:
+        local_auth, remote_auth = cfg.local_auth or "pubkey", cfg.remote_auth or "pubkey"
+        local = [f"      auth = {local_auth}", f"      id = {cfg.local_id}"]
+        if cfg.cert and local_auth in ("pubkey", "eap-tls"):
+            local.append(f"      certs = {cfg.cert}")
+        if cfg.local_eap_id:
+            local.append(f"      eap_id = {cfg.local_eap_id}")
+        remote = [f"      auth = {remote_auth}", f"      id = {cfg.remote_id}"]
+        if cfg.remote_eap_id:
+            remote.append(f"      eap_id = {cfg.remote_eap_id}")
+        secrets = ""
+        if cfg.eap_secrets:
+            secrets = "secrets {\n" + "".join(
+                f'  eap-{i} {{\n    id = {user}\n    secret = "{pw}"\n  }}\n'
+                for i, (user, pw) in enumerate(sorted(cfg.eap_secrets.items()))) + "}\n"
         return f"""connections {{
   {cfg.conn} {{
 {nl.join(conn)}
     local {{
-      auth = pubkey
-      certs = {cfg.cert}
-      id = {cfg.local_id}
+{nl.join(local)}
     }}
     remote {{
-      auth = pubkey
-      id = {cfg.remote_id}
+{nl.join(remote)}
     }}
     children {{
       {cfg.child} {{
@@ -222,7 +254,7 @@ def swanctl_conf(cfg):
     }}
   }}
 }}
-""" + _pools_conf(cfg.pools)
+""" + secrets + _pools_conf(cfg.pools)
     return f"""connections {{
   {cfg.conn} {{
 {nl.join(conn)}

@@ -41,7 +41,8 @@ def _name(cn):
 class Cert:
     """A certificate with its key; a CA among them issues the others."""
 
-    def __init__(self, cn, key, issuer=None, ca=False, dns=(), serial=None, days=(-1, 10)):
+    def __init__(self, cn, key, issuer=None, ca=False, dns=(), serial=None, days=(-1, 10),
+                 emails=()):
         self.key, self.cn = key, cn
         now = datetime.datetime.now(datetime.timezone.utc)
         b = (x509.CertificateBuilder()
@@ -60,9 +61,10 @@ class Cert:
         else:
             b = b.add_extension(x509.KeyUsage(True, False, False, False, False, False, False,
                                               False, False), critical=True)
-        if dns:
-            b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(d) for d in dns]),
-                                critical=False)
+        if dns or emails:
+            b = b.add_extension(x509.SubjectAlternativeName(
+                [x509.DNSName(d) for d in dns] + [x509.RFC822Name(e) for e in emails]),
+                critical=False)
         signer = issuer.key if issuer else key
         self.cert = b.sign(signer, _hash_for(signer))
 
@@ -102,6 +104,10 @@ class Pki:
 
     def issue(self, host, kind):
         return Cert(host, new_key(kind), issuer=self.inter, dns=(host,))
+
+    def issue_user(self, email, kind):
+        """issue_user() - a user's certificate: CN and an RFC 822 subjectAltName @email."""
+        return Cert(email, new_key(kind), issuer=self.inter, emails=(email,))
 
 
 def write(path, text, mode=0o644):

@@ -118,7 +118,7 @@ TEST_CASE("cert config: each missing or wrong piece is named") {
 	      std::string::npos);
 	CHECK(error_in(f, replace(config(), "private_key_file = \"gw.key\"\n", ""))
 	          .find("has cert_file but no private_key_file") != std::string::npos);
-	CHECK(error_in(f, replace(config(), "ca_dir = \"ca\"\n", "")).find("has cert_file but no ca_dir") !=
+	CHECK(error_in(f, replace(config(), "ca_dir = \"ca\"\n", "")).find("(auth = 'cert') needs ca_dir") !=
 	      std::string::npos);
 	std::filesystem::create_directory(f.dir.path() / "empty");
 	CHECK(error_in(f, replace(config(), "ca_dir = \"ca\"", "ca_dir = \"empty\""))
