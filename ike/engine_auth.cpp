@@ -99,6 +99,11 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 			                eap_method_name(pol.eap_method) + ")");
 		else if (const std::string why = suite_refusal(sa, pol); !why.empty())
 			refuse_auth(sa, req, why);
+		else if (!pol.credentials || (pol.eap_method == eap::type::tls && !pol.trust) ||
+		         (pol.eap_method == eap::type::mschapv2 && !pol.eap_users))
+			refuse_auth(sa, req,
+			            "peer " + pol.name + ": cannot run " + eap_method_name(pol.eap_method) +
+			                ": its certificate, users or CAs are not configured");
 		else
 			begin_eap_server(sa, req, *match, *idi, inner, now);
 		return;

@@ -285,6 +285,11 @@ void Engine::handle_eap_response(IkeSa& sa, std::vector<Payload>& inner, Clock::
 	}
 	if (e.id_body.empty()) {
 		// The first answer: the gateway proves its certificate (section 2.16).
+		if (!pol.trust || (pol.eap_method == eap::type::tls && !pol.credentials)) {
+			give_up(!pol.trust ? "EAP: no CAs (ca_dir) to check the gateway's certificate with"
+			                   : "EAP-TLS: no certificate of ours (cert_file) to log in with");
+			return;
+		}
 		const IdPayload* idr = find_id(inner, false);
 		const AuthPayload* auth = find_in<AuthPayload>(inner);
 		if (!idr || !auth) {
