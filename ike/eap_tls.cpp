@@ -11,6 +11,7 @@
 #include "ike/eap_tls.hpp"
 
 #include "base/bytes.hpp"
+#include "ike/openssl_util.hpp"
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -131,16 +132,7 @@ struct SslFree {
 };
 template <class T> using Ssl = std::unique_ptr<T, SslFree>;
 
-[[noreturn]] void setup_failed(const char* what) {
-	std::string msg = std::string("EAP-TLS: ") + what + " failed";
-	if (const unsigned long e = ERR_get_error()) {
-		std::array<char, 256> buf{};
-		ERR_error_string_n(e, buf.data(), buf.size());
-		msg += std::string(" (") + buf.data() + ")";
-	}
-	ERR_clear_error();
-	throw std::runtime_error(msg);
-}
+[[noreturn]] void setup_failed(const char* what) { openssl_util::fail(what, "EAP-TLS"); }
 
 /// The reason of OpenSSL's oldest queued error ("tlsv1 alert unknown ca"), and an empty queue.
 std::string openssl_reason() {

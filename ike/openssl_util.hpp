@@ -33,11 +33,12 @@ struct Free {
 template <class T> using Owned = std::unique_ptr<T, Free>;
 
 /**
- * fail() - throw std::runtime_error naming the failed step and OpenSSL's
- * oldest queued error, and empty the queue.
+ * fail() - throw std::runtime_error naming the failed step (@who: the part
+ * of esptun, for the message's head) and OpenSSL's oldest queued error,
+ * and empty the queue.
  */
-[[noreturn]] inline void fail(const char* what) {
-	std::string msg = std::string("IKE crypto: ") + what + " failed";
+[[noreturn]] inline void fail(const char* what, const char* who = "IKE crypto") {
+	std::string msg = std::string(who) + ": " + what + " failed";
 	if (const unsigned long e = ERR_get_error()) {
 		std::array<char, 256> buf{};
 		ERR_error_string_n(e, buf.data(), buf.size());
