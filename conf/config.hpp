@@ -5,8 +5,8 @@
 #include "base/inet.hpp"
 #include "crypto/esp_transform.hpp"
 #include "ike/cert.hpp"
-#include "ike/eap.hpp"
 #include "ike/proposal.hpp"
+#include "ike/users.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -66,7 +66,7 @@ std::string_view ike_auth_name(IkeAuth a) noexcept;
 struct IkePeerConfig {
 	IkeAuth auth = IkeAuth::psk;
 	/// Gateway, eap-mschapv2: the users of eap_users_file (NT hashes, wiped when freed).
-	std::shared_ptr<const ike::EapUsers> eap_users;
+	std::shared_ptr<const ike::Users> users;
 	/// Client, EAP: our EAP identity (the MSCHAPv2 user name).
 	std::string eap_identity;
 	/// Client, eap-mschapv2: our password (eap_password or eap_password_file).
@@ -78,6 +78,9 @@ struct IkePeerConfig {
 	std::shared_ptr<const ike::TrustStore> trust;
 	std::string local_id;  ///< our identity towards this peer ([tunnel] local_id unless set)
 	std::string remote_id; ///< the identity the peer must prove; default: the peer's name
+	/// A template's identity pattern (a remote_id with '*'; remote_id is then
+	/// empty): ike::PeerPolicy::remote_pattern.
+	std::string remote_pattern;
 	std::vector<ike::IkeSuite> ike_proposals = ike::default_ike_proposals();
 	std::vector<ike::EspSuite> esp_proposals = ike::default_esp_proposals();
 	/// What the peer may reach through us (our side of its CHILD_SAs, as

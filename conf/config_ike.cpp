@@ -18,7 +18,7 @@ namespace {
 constexpr size_t kMaxCaFiles = 64;
 /// eap_users_file: at most this large, and this many users.
 constexpr size_t kMaxUsersFile = 16u << 20;
-constexpr size_t kMaxEapUsers = 100000;
+constexpr size_t kMaxUsers = 100000;
 } // namespace
 
 SecretString Loader::read_pem(const Found<std::string>& f, const std::string& what, bool secret,
@@ -364,7 +364,7 @@ void Loader::parse_ike_auth(const toml::table& t, const PeerConfig& peer, IkePee
 			     "peer " + q(peer.name) + as +
 			         " needs eap_users_file: a TOML file (mode 0600) of [[user]] tables "
 			         "with name and password");
-		ike.eap_users = parse_eap_users(*users, peer);
+		ike.users = parse_eap_users(*users, peer);
 	}
 	if (eap && !gateway) {
 		auto id = get_string(t, "eap_identity", where);
@@ -405,8 +405,8 @@ void Loader::parse_ike_auth(const toml::table& t, const PeerConfig& peer, IkePee
  * password, read as a private key is (mode 0600, owned by root). Only each
  * password's NT hash is kept (EAP-MSCHAPv2 needs nothing else).
  */
-std::shared_ptr<const ike::EapUsers> Loader::parse_eap_users(const Found<std::string>& f,
-                                                             const PeerConfig& peer) {
+std::shared_ptr<const ike::Users> Loader::parse_eap_users(const Found<std::string>& f,
+                                                          const PeerConfig& peer) {
 	const std::string what = "eap_users_file of peer " + q(peer.name);
 	const SecretString text = read_pem(f, what, true, kMaxUsersFile);
 	toml::table doc;
@@ -423,14 +423,14 @@ std::shared_ptr<const ike::EapUsers> Loader::parse_eap_users(const Found<std::st
 		if (k.str() != "user")
 			fail(f.line, at(v) + ": unknown key " + q(std::string(k.str())) +
 			                 "; the file holds only [[user]] tables");
-	auto users = std::make_shared<ike::EapUsers>();
+	auto users = std::make_shared<ike::Users>();
 	const toml::array* list = doc["user"].as_array();
 	if (!list || list->empty())
 		fail(f.line, what + " (" + f.value +
 		                 ") lists no users; add [[user]] tables with name = \"...\" and "
 		                 "password = \"...\"");
-	if (list->size() > kMaxEapUsers)
-		fail(f.line, what + " lists more than " + std::to_string(kMaxEapUsers) + " users");
+	if (list->size() > kMaxUsers)
+		fail(f.line, what + " lists more than " + std::to_string(kMaxUsers) + " users");
 	for (const toml::node& n : *list) {
 		const toml::table* u = n.as_table();
 		if (!u) fail(f.line, at(n) + ": each user is a [[user]] table");
@@ -450,7 +450,7 @@ std::shared_ptr<const ike::EapUsers> Loader::parse_eap_users(const Found<std::st
 		} catch (const std::exception& e) {
 			fail(f.line, at(n) + ": the password of user " + q(*name) + ": " + e.what());
 		}
-		if (!users->emplace(*name, std::move(hash)).second)
+		if (!users->emplace(*name, ike::User{std::move(hash), {}, {}}).second)
 			fail(f.line, at(n) + ": user " + q(*name) + " is listed twice");
 	}
 	// The parsed document holds the passwords in toml++'s own strings: wipe them.

@@ -20,8 +20,8 @@ bool same_ike(const IkePeerConfig& a, const IkePeerConfig& b) {
 	       a.rekey_packets == b.rekey_packets && a.initiate == b.initiate &&
 	       a.allow_weak == b.allow_weak && a.fragment_size == b.fragment_size && a.auth == b.auth &&
 	       a.eap_identity == b.eap_identity && a.eap_password == b.eap_password &&
-	       ((!a.eap_users && !b.eap_users) ||
-	        (a.eap_users && b.eap_users && *a.eap_users == *b.eap_users));
+	       ((!a.users && !b.users) ||
+	        (a.users && b.users && *a.users == *b.users));
 }
 
 bool same_sa(const SaConfig& a, const SaConfig& b) {

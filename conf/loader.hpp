@@ -119,7 +119,7 @@ private:
 	void parse_ike_auth(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike);
 	void parse_own_cert(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike);
 	void parse_trust(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike);
-	std::shared_ptr<const ike::EapUsers> parse_eap_users(const Found<std::string>& file,
+	std::shared_ptr<const ike::Users> parse_eap_users(const Found<std::string>& file,
 	                                                     const PeerConfig& peer);
 	/**
 	 * read_pem() - a PEM file named by a config value, read now (before any

@@ -13,20 +13,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
-
-namespace esptun::ike {
-
-/// EAP users a gateway knows (EAP-MSCHAPv2): name -> NT password hash.
-/// Compared as a whole by a live reload.
-using EapUsers = std::map<std::string, SecretBytes, std::less<>>;
-
-} // namespace esptun::ike
 
 namespace esptun::ike::eap {
 

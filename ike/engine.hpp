@@ -25,6 +25,7 @@
 #include "ike/log_budget.hpp"
 #include "ike/message.hpp"
 #include "ike/proposal.hpp"
+#include "ike/users.hpp"
 
 #include <array>
 #include <chrono>
@@ -35,6 +36,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace esptun::ike {
@@ -59,6 +61,10 @@ std::optional<Identity> parse_identity(std::string_view text);
 std::string identity_text(const Identity& id);
 /// The same identity: byte for byte, or for DNs the same name (X509_NAME_cmp).
 bool same_identity(const Identity& a, const Identity& b);
+/// A template's pattern (PeerPolicy::remote_pattern) matches @text (an
+/// identity_text()): '*' stands for any run of characters, the rest must
+/// be equal, ASCII letters in either case.
+bool pattern_matches(std::string_view pattern, std::string_view text) noexcept;
 
 /// IKE fragments (RFC 7383) are at most this long as IP datagrams (IP and
 /// UDP headers included, as strongSwan's charon.fragment_size counts): the
@@ -95,9 +101,11 @@ struct PeerPolicy {
 	/// gateway's certificate; credentials are our EAP-TLS certificate.
 	EapRole eap_role = EapRole::none;
 	uint8_t eap_method = 0;
-	std::shared_ptr<const EapUsers> eap_users; ///< server, MSCHAPv2
-	std::string eap_identity;                  ///< client: our EAP-Identity and MSCHAPv2 name
-	SecretString eap_password;                 ///< client, MSCHAPv2; wiped when freed
+	/// Gateway: the users_file; needed for EAP-MSCHAPv2 (their passwords),
+	/// optional for a template (per-user addresses and allowed_ips).
+	std::shared_ptr<const Users> users;
+	std::string eap_identity;  ///< client: our EAP-Identity and MSCHAPv2 name
+	SecretString eap_password; ///< client, MSCHAPv2; wiped when freed
 	/// We authenticate with a signature (certificates, with or without EAP after it).
 	bool we_sign() const noexcept {
 		return credentials && (eap_role == EapRole::server || (eap_role == EapRole::none && trust));
@@ -107,6 +115,19 @@ struct PeerPolicy {
 		return trust && (eap_role == EapRole::client || (eap_role == EapRole::none && credentials));
 	}
 	Identity local_id, remote_id;
+	/// A template (gateway only): not one peer but every peer whose IDi
+	/// matches this pattern ('*' stands for any run of characters, the rest
+	/// must match identity_text() exactly), remote_id unused. Each user that
+	/// authenticates becomes an instance: a peer of its own, made by the
+	/// engine from this policy (Host::instance_added()), with its own IKE
+	/// SA, CHILD_SAs and virtual address, gone with its last IKE SA.
+	/// Empty: an ordinary peer with the one identity remote_id.
+	std::string remote_pattern;
+	/// Set by the engine on an instance: the index of its template, and the
+	/// user it serves (Users' key: what authentication proved).
+	std::optional<size_t> template_of;
+	std::string instance_user;
+	bool is_template() const noexcept { return !remote_pattern.empty(); }
 	std::vector<IkeSuite> ike_proposals;
 	std::vector<EspSuite> esp_proposals;
 	std::vector<IpPrefix> allowed_ips; ///< the peer's side of every CHILD_SA
@@ -213,6 +234,22 @@ public:
 	}
 	/// Gateway: @peer's last IKE SA is gone; its pool addresses go back.
 	virtual void release_addresses(size_t /*peer*/) {}
+	/**
+	 * instance_added() - a user of a template authenticated
+	 * @instance: the index peers()[instance] now holds its policy at (a new
+	 *            index, or the slot of an instance that has ended); its
+	 *            template_of names the template, its allowed_ips are the
+	 *            user's own (fixed addresses as host prefixes, then networks)
+	 *
+	 * The host sets up what it keeps per peer for it. Called before any
+	 * other callback names @instance. Return: false when it cannot (the host
+	 * has logged why): the user is refused, nothing is left behind.
+	 */
+	virtual bool instance_added(size_t /*instance*/) { return false; }
+	/// instance_removed() - @instance's last IKE SA is gone (or its template
+	/// was removed): after release_addresses(), the host drops what
+	/// instance_added() set up. The index may be given again later.
+	virtual void instance_removed(size_t /*instance*/) {}
 	/// Initiator: the first CHILD_SA of an IKE SA is up, and @remote is the
 	/// peer's side as the responder narrowed it (section 2.9).
 	virtual void child_selectors(size_t /*peer*/, std::span<const TrafficSelector> /*remote*/) {}
@@ -406,6 +443,11 @@ public:
 	/// the peer deletes it (section 2.18 leaves the delete to the peer; a
 	/// hostile one never sends it). Long enough for answers still in flight.
 	static constexpr std::chrono::seconds kRekeyedIkeGrace{30};
+	/// Instances of templates (users connected through one) at once, all
+	/// templates together: past it a new user is refused. Each holds an IKE
+	/// SA and a virtual address, so the address pool and the SA table are
+	/// usually the tighter bounds.
+	static constexpr size_t kMaxInstances = 65536;
 	/// At most this many selectors in a narrowed set (section 2.9): an answer
 	/// must fit the TS payload's one-byte count, and a bigger set is no use.
 	static constexpr size_t kMaxNarrowedSelectors = 64;
@@ -499,6 +541,16 @@ private:
 	void send_ike_delete(IkeSa& sa, Clock::time_point now);
 	std::vector<IkeSuite> active_suites() const;
 	void sweep();
+	// Templates (engine_templates.cpp).
+	/// The active peer IKE_AUTH's IDi @who names: an ordinary peer with that
+	/// identity, else the first template whose pattern it matches.
+	std::optional<size_t> match_peer(const Identity& who) const;
+	/// The instance of template @tmpl for @user (who authenticated as @who):
+	/// the one it has, else a new one. nullopt (and @why) when it cannot be made.
+	std::optional<size_t> instantiate(size_t tmpl, const std::string& user, const Identity& who,
+	                                  std::string& why);
+	/// Ends the instances in ending_ that no IKE SA uses any more.
+	void end_instances();
 	ChildKeys child_keys(const IkeSa& sa, crypto::Cipher c, bool esn, uint32_t spi_in, uint32_t spi_out,
 	                     bool we_initiated, std::span<const uint8_t> ni, std::span<const uint8_t> nr,
 	                     std::span<const uint8_t> g_ir = {}) const;
@@ -549,6 +601,11 @@ private:
 	std::vector<uint32_t> restart_backoff_s_;
 	std::vector<std::vector<IpAddress>> leased_; ///< per peer: from Host::lease_address()
 	std::vector<IkeSuite> responder_suites_;     ///< union of the active peers' IKE proposals
+	/// Instances by template and user; slots of ended ones, given again
+	/// before peers_ grows; instances whose IKE SA went, checked in sweep().
+	std::map<std::pair<size_t, std::string>, size_t, std::less<>> instances_;
+	std::vector<size_t> free_slots_;
+	std::vector<size_t> ending_;
 	IkeCounters counters_;
 	/// Cookie secrets (section 2.6): [0] current, [1] the one before; the
 	/// version byte leads each cookie. Wiped when replaced and in ~Engine.

@@ -73,12 +73,7 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 		return;
 	}
 	const Identity who{idi->type, idi->data};
-	std::optional<size_t> match;
-	for (size_t i = 0; i < peers_.size(); i++)
-		if (active_[i] && same_identity(peers_[i].remote_id, who)) {
-			match = i;
-			break;
-		}
+	const std::optional<size_t> match = match_peer(who);
 	if (!match) {
 		refuse_auth(sa, req,
 		            "IKE_AUTH from " + endpoint_text(sa.remote) +
@@ -100,7 +95,7 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 		else if (const std::string why = suite_refusal(sa, pol); !why.empty())
 			refuse_auth(sa, req, why);
 		else if (!pol.credentials || (pol.eap_method == eap::type::tls && !pol.trust) ||
-		         (pol.eap_method == eap::type::mschapv2 && !pol.eap_users))
+		         (pol.eap_method == eap::type::mschapv2 && !pol.users))
 			refuse_auth(sa, req,
 			            "peer " + pol.name + ": cannot run " + eap_method_name(pol.eap_method) +
 			                ": its certificate, users or CAs are not configured");
@@ -143,17 +138,30 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 		return;
 	}
 	sa.peer = match;
+	if (pol.is_template()) {
+		// The user is who the certificate (bound to the IDi) proved.
+		std::string why;
+		const std::optional<size_t> instance = instantiate(*match, identity_text(who), who, why);
+		if (!instance) {
+			sa.peer.reset();
+			refuse_auth(sa, req, peer_at + ": " + why);
+			return;
+		}
+		sa.peer = instance;
+	}
 
-	IdPayload idr{false, pol.local_id.type, pol.local_id.data};
+	// peers_ may have grown (a new instance): pol is not to be used from here.
+	const PeerPolicy& us = peers_[*sa.peer];
+	IdPayload idr{false, us.local_id.type, us.local_id.data};
 	std::vector<Payload> reply{idr};
-	if (pol.we_sign()) {
-		for (Payload& p : cert_payloads(*pol.credentials))
+	if (us.we_sign()) {
+		for (Payload& p : cert_payloads(*us.credentials))
 			reply.push_back(std::move(p));
-		reply.push_back(pol.credentials->sign(
+		reply.push_back(us.credentials->sign(
 		    signed_octets(sa.suite.prf, sa.init_response, sa.ni, sa.keys.sk_pr, idr.body()),
 		    sa.peer_sig_hashes));
 	} else {
-		reply.push_back(AuthPayload{AuthMethod::psk, psk_auth(sa.suite.prf, pol.psk, sa.init_response,
+		reply.push_back(AuthPayload{AuthMethod::psk, psk_auth(sa.suite.prf, us.psk, sa.init_response,
 		                                                      sa.ni, sa.keys.sk_pr, idr.body())});
 	}
 	finish_auth_request(sa, req, inner, std::move(reply), now);
@@ -421,7 +429,8 @@ std::vector<Payload> Engine::cert_init_payloads() const {
 	std::vector<uint8_t> hashes;
 	bool any = false;
 	for (size_t i = 0; i < peers_.size(); i++) {
-		if (!active_[i] || !(peers_[i].we_sign() || peers_[i].peer_signs())) continue;
+		if (!active_[i] || peers_[i].template_of || !(peers_[i].we_sign() || peers_[i].peer_signs()))
+			continue; // an instance has its template's CAs
 		any = true;
 		if (!peers_[i].peer_signs()) continue;
 		const std::vector<uint8_t>& h = peers_[i].trust->ca_key_hashes();

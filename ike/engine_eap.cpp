@@ -69,6 +69,7 @@ void Engine::begin_eap_server(IkeSa& sa, const Header& req, size_t peer, const I
 	auto e = std::make_unique<EapState>();
 	e->peer = peer;
 	e->id_body = idi.body();
+	e->idi = Identity{idi.type, idi.data};
 	for (const Payload& p : inner)
 		if (std::holds_alternative<SaPayload>(p) || std::holds_alternative<TsPayload>(p) ||
 		    std::holds_alternative<CpPayload>(p))
@@ -133,12 +134,27 @@ void Engine::handle_eap_request(IkeSa& sa, const Header& req, std::vector<Payloa
 			    false);
 			return;
 		}
-		sa.peer = e.peer;
-		sa.peer_auth = eap_method_name(pol.eap_method);
+		if (pol.is_template()) {
+			// The user is who the method proved (MSCHAPv2: the user name;
+			// EAP-TLS: the certificate's subject), whatever the IDi said.
+			std::string why;
+			const std::optional<size_t> instance =
+			    instantiate(e.peer, e.authenticated_as, e.idi, why);
+			if (!instance) {
+				fail_eap_server(sa, req, who + ": " + why, false);
+				return;
+			}
+			sa.peer = instance;
+		} else {
+			sa.peer = e.peer;
+		}
+		// peers_ may have grown (a new instance): pol is not to be used from here.
+		const PeerPolicy& us = peers_[*sa.peer];
+		sa.peer_auth = eap_method_name(us.eap_method);
 		sa.eap_identity = e.authenticated_as;
-		host_.log("peer " + pol.name + ": authenticated by " + sa.peer_auth + " as '" +
+		host_.log("peer " + us.name + ": authenticated by " + sa.peer_auth + " as '" +
 		          e.authenticated_as + "'");
-		IdPayload idr{false, pol.local_id.type, pol.local_id.data};
+		IdPayload idr{false, us.local_id.type, us.local_id.data};
 		std::vector<Payload> reply{
 		    AuthPayload{AuthMethod::psk, psk_auth(sa.suite.prf, e.msk, sa.init_response, sa.ni,
 		                                          sa.keys.sk_pr, idr.body())}};
@@ -175,13 +191,14 @@ void Engine::handle_eap_request(IkeSa& sa, const Header& req, std::vector<Payloa
 		e.identity = printable(in->data);
 		try {
 			if (pol.eap_method == eap::type::mschapv2) {
-				std::shared_ptr<const EapUsers> users = pol.eap_users;
+				std::shared_ptr<const Users> users = pol.users;
 				e.server = eap::make_mschapv2_server(
 				    [users](std::string_view user) -> std::optional<SecretBytes> {
 					    if (!users) return std::nullopt;
 					    auto it = users->find(user);
-					    if (it == users->end()) return std::nullopt;
-					    return it->second;
+					    if (it == users->end() || it->second.nt_hash.empty())
+						    return std::nullopt;
+					    return it->second.nt_hash;
 				    },
 				    identity_text(pol.local_id));
 			} else {

@@ -393,6 +393,7 @@ struct EapState {
 	unsigned rounds = 0;
 	std::string identity;               ///< the peer's EAP-Identity (server) or ours (client)
 	std::vector<uint8_t> id_body;       ///< the IDi (server) or IDr (client) body AUTH covers
+	Identity idi;                       ///< server: the IDi (an instance's remote_id)
 	std::vector<Payload> first_request; ///< server: the first IKE_AUTH's SA, TS and CP payloads
 	std::unique_ptr<eap::ServerMethod> server;
 	std::unique_ptr<eap::PeerMethod> client;

@@ -13,7 +13,7 @@ namespace esptun::ike {
 std::vector<IkeSuite> Engine::active_suites() const {
 	std::vector<IkeSuite> out;
 	for (size_t i = 0; i < peers_.size(); i++) {
-		if (!active_[i]) continue;
+		if (!active_[i] || peers_[i].template_of) continue; // an instance has its template's
 		for (const IkeSuite& s : peers_[i].ike_proposals)
 			if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
 	}
@@ -25,7 +25,8 @@ size_t Engine::add_peer(PeerPolicy policy, Clock::time_point now) {
 		if (!active_[i]) continue;
 		if (peers_[i].name == policy.name)
 			throw std::invalid_argument("IKE peer '" + policy.name + "' is already configured");
-		if (peers_[i].remote_id == policy.remote_id)
+		if (!peers_[i].is_template() && !peers_[i].template_of && !policy.is_template() &&
+		    peers_[i].remote_id == policy.remote_id)
 			throw std::invalid_argument("IKE peer '" + policy.name + "': identity '" +
 			                            identity_text(policy.remote_id) +
 			                            "' is already that of peer '" + peers_[i].name + "'");
@@ -67,18 +68,31 @@ void Engine::remove_peer(size_t peer, Clock::time_point now) {
 	if (peer >= peers_.size())
 		throw std::out_of_range("IKE peer index " + std::to_string(peer) + " was never added");
 	if (!active_[peer]) return;
+	if (peers_[peer].is_template()) {
+		// Its users go with it, each told by a Delete.
+		std::vector<size_t> users;
+		for (const auto& [key, slot] : instances_)
+			if (key.first == peer) users.push_back(slot);
+		for (const size_t i : users)
+			remove_peer(i, now);
+	}
+	// An instance (a template's user) adds no suites of its own, and ends
+	// in sweep() below once its IKE SAs are closed.
+	const bool instance = peers_[peer].template_of.has_value();
+	if (instance) ending_.reserve(ending_.size() + 1);
 	// The suites of the peers that stay, first: that may fail to allocate,
 	// and then nothing has changed. From there on nothing throws.
 	active_[peer] = false;
 	std::vector<IkeSuite> suites;
 	try {
-		suites = active_suites();
+		if (!instance) suites = active_suites();
 	} catch (...) {
 		active_[peer] = true;
 		throw;
 	}
 	// Inactive now: not matched in IKE_AUTH, not initiated or restarted.
-	responder_suites_.swap(suites);
+	if (!instance) responder_suites_.swap(suites);
+	if (instance) ending_.push_back(peer); // reserved above
 	restart_at_[peer] = {};
 	restart_backoff_s_[peer] = kRestartMinS;
 
@@ -101,6 +115,7 @@ void Engine::remove_peer(size_t peer, Clock::time_point now) {
 	} catch (...) {
 		counters_.internal_errors++; // what is left is swept again on the next tick
 	}
+	if (instance) return; // sweep() ended it, logged, and gave its addresses back
 	try {
 		if (!leased_[peer].empty()) { // a close() above ended early
 			leased_[peer].clear();

@@ -191,11 +191,16 @@ void Engine::sweep() {
 			half_open_forget(*it->second);
 		if (it->second->state == IkeSa::State::closed) {
 			remove_children(*it->second);
+			// An instance may have lost its last IKE SA: end_instances() checks.
+			if (const std::optional<size_t> peer = it->second->peer;
+			    peer && peers_[*peer].template_of)
+				ending_.push_back(*peer);
 			it = sas_.erase(it);
 		} else {
 			++it;
 		}
 	}
+	end_instances();
 }
 
 /**

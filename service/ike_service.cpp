@@ -84,14 +84,17 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 			    config.role == conf::Role::gateway ? ike::EapRole::server : ike::EapRole::client;
 			pol.eap_method = p.ike->auth == conf::IkeAuth::eap_tls ? ike::eap::type::tls
 			                                                       : ike::eap::type::mschapv2;
-			pol.eap_users = p.ike->eap_users;
+			pol.users = p.ike->users;
 			pol.eap_identity = p.ike->eap_identity;
 			pol.eap_password = p.ike->eap_password;
 		}
 		const std::string local = !p.ike->local_id.empty() ? p.ike->local_id : hostname;
 		pol.local_id =
 		    ike::parse_identity(local).value_or(ike::Identity{ike::IdType::fqdn, {'e', 's', 'p'}});
-		pol.remote_id = *ike::parse_identity(p.ike->remote_id);
+		if (!p.ike->remote_pattern.empty())
+			pol.remote_pattern = p.ike->remote_pattern;
+		else
+			pol.remote_id = *ike::parse_identity(p.ike->remote_id);
 		pol.ike_proposals = p.ike->ike_proposals;
 		pol.esp_proposals = p.ike->esp_proposals;
 		pol.allowed_ips = p.allowed_ips;
@@ -121,7 +124,7 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 IkeService::IkeService(asio::io_context& io, const conf::Config& config, tunnel::SaTable& table, int natt_fd,
                        datapath::IkeInbox& inbox, int tun_ifindex)
     : table_(table), natt_fd_(natt_fd), inbox_(inbox), tun_ifindex_(tun_ifindex), inbox_wait_(io),
-      ike_wait_(io), timer_(io) {
+      ike_wait_(io), timer_(io), crypto_impl_(config.tunnel.crypto_impl) {
 	natt_family_ = socket_family(natt_fd);
 	if (auto ep = bound_endpoint(natt_fd)) natt_port_ = ep->port;
 	if (!config.tunnel.listen.addr.is_unspecified()) listen_addr_ = config.tunnel.listen.addr;
@@ -181,13 +184,70 @@ void IkeService::shutdown() {
 void IkeService::remove_peers(std::span<const std::string> names) {
 	const ike::Clock::time_point now = ike::Clock::now();
 	const std::vector<ike::PeerPolicy>& policies = engine_->peers();
+	reload_removing_ = true;
 	for (size_t i = 0; i < policies.size(); i++) {
-		if (!table_peers_[i] || !engine_->peer_active(i)) continue;
+		if (!table_peers_[i] || !engine_->peer_active(i) || policies[i].template_of) continue;
 		if (std::find(names.begin(), names.end(), policies[i].name) == names.end()) continue;
-		engine_->remove_peer(i, now);
+		engine_->remove_peer(i, now); // a template's users first (instance_removed())
 		table_peers_[i] = nullptr;
 	}
+	reload_removing_ = false;
 	publish_spis();
+}
+
+std::vector<std::string> IkeService::instance_names(std::span<const std::string> names) const {
+	std::vector<std::string> out;
+	const std::vector<ike::PeerPolicy>& policies = engine_->peers();
+	for (size_t i = 0; i < policies.size(); i++) {
+		const ike::PeerPolicy& p = policies[i];
+		if (!p.template_of || !engine_->peer_active(i) || !table_peers_[i]) continue;
+		if (std::find(names.begin(), names.end(), policies[*p.template_of].name) != names.end())
+			out.push_back(table_peers_[i]->name);
+	}
+	return out;
+}
+
+bool IkeService::instance_added(size_t instance) {
+	// A template's user: a peer of its own in the SA table, so its CHILD_SAs,
+	// lease, endpoint and counters are its own. Its fixed addresses and
+	// networks (allowed_ips) come from the users file; an address from the
+	// pool routes through the pool. Index slots are reused by the engine.
+	const ike::PeerPolicy& pol = engine_->peers()[instance];
+	try {
+		if (!pol.template_of || *pol.template_of >= table_peers_.size())
+			throw std::logic_error("not an instance of a known template");
+		if (instance >= table_peers_.size()) {
+			table_peers_.resize(instance + 1, nullptr);
+			replay_windows_.resize(instance + 1, 0);
+		}
+		tunnel::PeerParams params;
+		params.name = pol.name;
+		params.allowed_ips = pol.allowed_ips;
+		params.keyed_statically = false;
+		params.impl = crypto_impl_;
+		tunnel::PeerChange change = table_.prepare_peers({}, {params});
+		tunnel::Peer* peer = change.added().front();
+		table_.commit_peers(std::move(change));
+		table_peers_[instance] = peer;
+		replay_windows_[instance] = replay_windows_[*pol.template_of];
+		return true;
+	} catch (const std::exception& e) {
+		log::error("peer " + pol.name + ": cannot add it to the SA table: " + e.what());
+		return false;
+	}
+}
+
+void IkeService::instance_removed(size_t instance) {
+	if (instance >= table_peers_.size() || !table_peers_[instance]) return;
+	tunnel::Peer* peer = table_peers_[instance];
+	table_peers_[instance] = nullptr;
+	if (reload_removing_) return; // the reload's own change removes it from the table
+	try {
+		const std::string going[1] = {peer->name};
+		table_.commit_peers(table_.prepare_peers(going, {}));
+	} catch (const std::exception& e) {
+		log::error("peer " + peer->name + ": cannot remove it from the SA table: " + e.what());
+	}
 }
 
 void IkeService::add_peers(const conf::Config& config, std::span<const std::string> names) {

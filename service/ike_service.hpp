@@ -60,6 +60,10 @@ public:
 	 * the table; initiators start connecting at once.
 	 */
 	void add_peers(const conf::Config& config, std::span<const std::string> names);
+	/// The SA table names of the connected users of the templates among
+	/// @names: a reload that removes or changes a template removes them from
+	/// the table along with it (remove_peers() ends them here).
+	std::vector<std::string> instance_names(std::span<const std::string> names) const;
 	/// The "ike" member of the status JSON.
 	nlohmann::ordered_json status_json() const;
 	/// route_all: the /1 routes, which follow the families of the virtual
@@ -76,6 +80,8 @@ public:
 	void remove_child(size_t peer, uint32_t spi_in, uint32_t spi_out) override;
 	std::optional<ike::Clock::time_point> last_esp_rx(size_t peer) override;
 	std::optional<ike::ChildUsage> child_usage(size_t peer, uint32_t spi_in, uint32_t spi_out) override;
+	bool instance_added(size_t instance) override;
+	void instance_removed(size_t instance) override;
 	void log(const std::string& line) override;
 	void log_at(ike::LogLevel level, const std::string& line) override;
 	bool debug_enabled() const override;
@@ -108,6 +114,10 @@ private:
 	asio::steady_timer timer_;
 	std::vector<tunnel::Peer*> table_peers_; ///< by policy index (null: removed by a reload)
 	std::vector<uint32_t> replay_windows_;   ///< by policy index
+	crypto::CryptoImpl crypto_impl_;         ///< for the SA table peers of template users
+	/// remove_peers() is under way: the reload's own SaTable change takes the
+	/// ended users out of the table (instance_names()), not instance_removed().
+	bool reload_removing_ = false;
 	/// Outbound halves of rekeyed CHILD_SAs, installed when the old one is deleted.
 	std::map<uint32_t, tunnel::ChildSaKeys> pending_out_;
 	std::unique_ptr<ike::Engine> engine_;

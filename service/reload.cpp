@@ -33,23 +33,13 @@ std::vector<IpPrefix> wanted_routes(const conf::Config& config) {
 			if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
 	};
 	for (const conf::PeerConfig& peer : config.peers)
-		add(peer.allowed_ips);
+		add(peer_prefixes(peer));
 	add(config.tunnel.address_pool);
 	return out;
 }
 
 bool holds(const std::vector<IpPrefix>& set, const IpPrefix& p) {
 	return std::find(set.begin(), set.end(), p) != set.end();
-}
-
-/// What the address pool must never lease under @config (address_pool() in service.cpp).
-std::vector<IpPrefix> pool_reserved(const conf::Config& config) {
-	std::vector<IpPrefix> reserved;
-	for (const IpPrefix& a : config.tunnel.addresses)
-		reserved.push_back({a.addr, uint8_t(a.addr.max_prefix())});
-	for (const conf::PeerConfig& peer : config.peers)
-		reserved.insert(reserved.end(), peer.allowed_ips.begin(), peer.allowed_ips.end());
-	return reserved;
 }
 
 bool has_ike(const conf::Config& config, const std::vector<std::string>& names) {
@@ -97,9 +87,15 @@ std::string Reloader::reload() {
 	std::vector<tunnel::PeerParams> params;
 	for (tunnel::PeerParams& p : peer_params(next))
 		if (contains(coming, p.name)) params.push_back(std::move(p));
+	// A template that goes takes its connected users (peers of their own in
+	// the SA table) with it; remove_peers() below ends them in IKE.
+	std::vector<std::string> going_table = going;
+	if (parts_.ike)
+		for (std::string& name : parts_.ike->instance_names(going))
+			going_table.push_back(std::move(name));
 	tunnel::PeerChange change;
 	try {
-		change = parts_.table.prepare_peers(going, params);
+		change = parts_.table.prepare_peers(going_table, params);
 	} catch (const std::invalid_argument& e) {
 		throw ReloadRefused(std::string(e.what()) + "; nothing changed");
 	}

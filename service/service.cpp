@@ -54,14 +54,9 @@ std::vector<tunnel::PeerParams> peer_params(const conf::Config& config) {
 namespace {
 
 /// The gateway's pool of client addresses: never one of its own addresses,
-/// nor one a peer's allowed_ips already claims.
+/// nor one a peer's allowed_ips (or a template's user) already claims.
 tunnel::AddressPool address_pool(const conf::Config& config) {
-	std::vector<IpPrefix> reserved;
-	for (const IpPrefix& a : config.tunnel.addresses)
-		reserved.push_back({a.addr, uint8_t(a.addr.max_prefix())});
-	for (const conf::PeerConfig& peer : config.peers)
-		reserved.insert(reserved.end(), peer.allowed_ips.begin(), peer.allowed_ips.end());
-	return tunnel::AddressPool(config.tunnel.address_pool, reserved);
+	return tunnel::AddressPool(config.tunnel.address_pool, pool_reserved(config));
 }
 
 /// One start-up line each for the implementation the AES-GCM suites use and

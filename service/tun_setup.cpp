@@ -178,12 +178,33 @@ void bring_up_tun(const conf::Config& config, Workers& workers, ServiceInfo& inf
 	log::debug("tun " + tun.name + ": link up, mtu " + std::to_string(info.mtu));
 }
 
+std::vector<IpPrefix> peer_prefixes(const conf::PeerConfig& peer) {
+	std::vector<IpPrefix> out = peer.allowed_ips;
+	if (peer.ike && !peer.ike->remote_pattern.empty() && peer.ike->users)
+		for (const auto& [name, user] : *peer.ike->users) {
+			for (const IpAddress& a : user.addresses)
+				out.push_back({a, uint8_t(a.max_prefix())});
+			out.insert(out.end(), user.allowed_ips.begin(), user.allowed_ips.end());
+		}
+	return out;
+}
+
+std::vector<IpPrefix> pool_reserved(const conf::Config& config) {
+	std::vector<IpPrefix> reserved;
+	for (const IpPrefix& a : config.tunnel.addresses)
+		reserved.push_back({a.addr, uint8_t(a.addr.max_prefix())});
+	for (const conf::PeerConfig& peer : config.peers)
+		for (const IpPrefix& p : peer_prefixes(peer))
+			reserved.push_back(p);
+	return reserved;
+}
+
 // A /0 becomes routes only with route_all (route_everything()): otherwise it
 // only widens which inner sources are accepted.
 platform::NetConfigGuard install_routes(const conf::Config& config, int ifindex) {
 	platform::NetConfigGuard net;
 	for (const conf::PeerConfig& peer : config.peers)
-		for (const IpPrefix& p : tun_routes(config, peer.allowed_ips)) {
+		for (const IpPrefix& p : tun_routes(config, peer_prefixes(peer))) {
 			net.add_route(p, ifindex);
 			log::debug("route " + to_string(p) + " added into the tunnel (peer " + peer.name +
 			           ")");

@@ -20,6 +20,15 @@ namespace esptun::service {
 /// route covers it).
 std::vector<IpPrefix> tun_routes(const conf::Config& config, std::span<const IpPrefix> prefixes);
 
+/// What the tun routes to @peer and the SA table may give it: its
+/// allowed_ips, and for a template (a users_file) every user's fixed
+/// addresses (host prefixes) and allowed_ips.
+std::vector<IpPrefix> peer_prefixes(const conf::PeerConfig& peer);
+
+/// What the address pool must never lease under @config: the gateway's own
+/// addresses and every peer_prefixes().
+std::vector<IpPrefix> pool_reserved(const conf::Config& config);
+
 /// has_v6_address() - whether the tun gets an IPv6 address of the config's own
 bool has_v6_address(const conf::Config& config);
 

@@ -67,7 +67,7 @@ MxH54y5lx0zgHKfkcjjADHbvVw+hRANCAASQvN3OdB4+VWUX+VBMGKXnTzvYvHxw
 struct Material {
 	std::shared_ptr<const Credentials> credentials;
 	std::shared_ptr<const TrustStore> trust;
-	std::shared_ptr<const EapUsers> users;
+	std::shared_ptr<const Users> users;
 	Material() {
 		std::string err;
 		credentials = Credentials::load(kCertPem, kKeyPem, "", err);
@@ -77,8 +77,9 @@ struct Material {
 			std::fprintf(stderr, "fuzz-ike_eap: test credentials: %s\n", err.c_str());
 			std::abort();
 		}
-		auto u = std::make_shared<EapUsers>();
-		u->emplace("carol", eap::nt_password_hash("a password the fuzzer does not know"));
+		auto u = std::make_shared<Users>();
+		u->emplace("carol",
+		           User{eap::nt_password_hash("a password the fuzzer does not know"), {}, {}});
 		users = u;
 	}
 };
@@ -97,7 +98,7 @@ PeerPolicy eap_peer(const char* name, const char* remote, uint8_t method) {
 	if (method == eap::type::tls)
 		p.trust = material().trust;
 	else
-		p.eap_users = material().users;
+		p.users = material().users;
 	p.allowed_ips = {*parse_prefix("10.9.1.0/24")};
 	return p;
 }

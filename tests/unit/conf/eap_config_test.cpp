@@ -86,10 +86,10 @@ TEST_CASE("eap config: a gateway's EAP-MSCHAPv2 peer keeps its certificate and t
 	CHECK(ike.psk.empty());
 	REQUIRE(ike.credentials);
 	CHECK_FALSE(ike.trust);
-	REQUIRE(ike.eap_users);
-	REQUIRE(ike.eap_users->size() == 2);
-	CHECK(ike.eap_users->at("carol") == ike::eap::nt_password_hash("carol's password"));
-	CHECK(ike.eap_users->at("dave") == ike::eap::nt_password_hash("dave's password"));
+	REQUIRE(ike.users);
+	REQUIRE(ike.users->size() == 2);
+	CHECK(ike.users->at("carol").nt_hash == ike::eap::nt_password_hash("carol's password"));
+	CHECK(ike.users->at("dave").nt_hash == ike::eap::nt_password_hash("dave's password"));
 	// A changed password makes it another peer for a reload.
 	const Config again = parse_config(gateway(), "test.toml", Role::gateway, f.dir.path());
 	CHECK(same_peer(c.peers[0], again.peers[0]));

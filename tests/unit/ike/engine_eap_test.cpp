@@ -35,10 +35,10 @@ struct EapSides {
 		p.eap_role = EapRole::server;
 		p.eap_method = eap::type::mschapv2;
 		p.credentials = gw.credentials();
-		auto users = std::make_shared<EapUsers>();
-		users->emplace("carol", eap::nt_password_hash(kPassword));
-		users->emplace("dave", eap::nt_password_hash("something else"));
-		p.eap_users = users;
+		auto users = std::make_shared<Users>();
+		users->emplace("carol", User{eap::nt_password_hash(kPassword), {}, {}});
+		users->emplace("dave", User{eap::nt_password_hash("something else"), {}, {}});
+		p.users = users;
 		return p;
 	}
 };

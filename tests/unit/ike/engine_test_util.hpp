@@ -125,6 +125,19 @@ struct FakeHost : Host {
 		releases++;
 		leases.erase(peer);
 	}
+	/// Template users: instances made and ended, in order; refused while set.
+	std::vector<size_t> instances_added, instances_removed;
+	bool refuse_instances = false;
+	bool instance_added(size_t instance) override {
+		if (refuse_instances) return false;
+		REQUIRE(leases.count(instance) == 0); // a reused slot starts clean
+		instances_added.push_back(instance);
+		return true;
+	}
+	void instance_removed(size_t instance) override {
+		REQUIRE(leases.count(instance) == 0); // addresses go back first
+		instances_removed.push_back(instance);
+	}
 
 	bool logged(std::string_view needle) const {
 		for (const std::string& l : logs)

@@ -1,0 +1,287 @@
+// Templates (PeerPolicy::remote_pattern): one gateway policy that serves
+// many users, each an instance of its own (IKE SA, CHILD_SAs, address), the
+// same instance when a user comes back, ended with its last IKE SA, its slot
+// reused. EAP-MSCHAPv2 and certificate templates, a gateway engine with
+// client engines through fake hosts (gateway_test_util.hpp).
+#include "ike/eap_mschapv2.hpp"
+#include "tests/unit/ike/cert_test_util.hpp"
+#include "tests/unit/ike/gateway_test_util.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace esptun;
+using namespace esptun::ike;
+using namespace esptun::ike::test;
+
+namespace {
+
+constexpr const char* kCarolPw = "carol's long passphrase";
+constexpr const char* kDavePw = "dave's long passphrase";
+
+/// The gateway's certificate chain; user certificates come from its intermediate CA.
+struct Pki {
+	Chain gw{KeyKind::p256};
+	TestCert user(const char* email, long serial) const {
+		CertSpec s;
+		s.cn = email;
+		s.email = {email};
+		s.serial = serial;
+		return TestCert(s, TestKey(KeyKind::p256), &gw.inter);
+	}
+};
+
+PeerPolicy quiet(PeerPolicy p) {
+	p.dpd_interval_s = 0;
+	p.child_rekey_s = p.ike_rekey_s = 0;
+	return p;
+}
+
+/// Template "users": anyone, EAP-MSCHAPv2; dave has a fixed address and a network.
+PeerPolicy eap_template(const Pki& pki, const char* pattern = "*") {
+	PeerPolicy p = quiet(policy("users", "gw.example.com", "unused.example"));
+	p.psk.clear();
+	p.remote_id = {};
+	p.remote_pattern = pattern;
+	p.eap_role = EapRole::server;
+	p.eap_method = eap::type::mschapv2;
+	p.credentials = pki.gw.credentials();
+	auto users = std::make_shared<Users>();
+	users->emplace("carol", User{eap::nt_password_hash(kCarolPw), {}, {}});
+	users->emplace("dave", User{eap::nt_password_hash(kDavePw),
+	                            {*parse_address("10.9.9.50")},
+	                            {*parse_prefix("192.168.50.0/24")}});
+	p.users = users;
+	return p;
+}
+
+/// Template "certs": identities *@users.example with a certificate of the CA.
+PeerPolicy cert_template(const Pki& pki) {
+	PeerPolicy p = quiet(policy("certs", "gw.example.com", "unused.example"));
+	p.psk.clear();
+	p.remote_id = {};
+	p.remote_pattern = "*@users.example";
+	p.credentials = pki.gw.credentials();
+	p.trust = pki.gw.trust();
+	return p;
+}
+
+PeerPolicy eap_client(const Pki& pki, const char* idi, const char* user, const char* pw) {
+	PeerPolicy p = quiet(policy("gw", idi, "gw.example.com"));
+	p.psk.clear();
+	p.eap_role = EapRole::client;
+	p.eap_method = eap::type::mschapv2;
+	p.eap_identity = user;
+	p.eap_password = SecretString(std::string_view(pw));
+	p.trust = pki.gw.trust();
+	p.request_address = true;
+	p.initiate = true;
+	p.allowed_ips = {*parse_prefix("0.0.0.0/0")};
+	return p;
+}
+
+PeerPolicy cert_client(const Pki& pki, const TestCert& cert, const char* idi) {
+	PeerPolicy p = quiet(policy("gw", idi, "gw.example.com"));
+	p.psk.clear();
+	std::string err;
+	p.credentials = Credentials::load(cert.pem(), cert.key.pem(), pki.gw.inter.pem(), err);
+	REQUIRE_MESSAGE(p.credentials, err);
+	p.trust = pki.gw.trust();
+	p.request_address = true;
+	p.initiate = true;
+	p.allowed_ips = {*parse_prefix("0.0.0.0/0")};
+	return p;
+}
+
+/// The gateway's index of the active peer named @name, or nullopt.
+std::optional<size_t> index_of(const Engine& e, const std::string& name) {
+	for (size_t i = 0; i < e.peers().size(); i++)
+		if (e.peer_active(i) && e.peers()[i].name == name) return i;
+	return std::nullopt;
+}
+
+bool established(Gateway::Client& c, const Gateway& g) {
+	const auto s = c.e->status(g.now);
+	return s.size() == 1 && s[0].state == "established";
+}
+
+} // namespace
+
+TEST_CASE("template: pattern matching") {
+	CHECK(pattern_matches("*", ""));
+	CHECK(pattern_matches("*", "anything at all"));
+	CHECK(pattern_matches("*@example.com", "carol@example.com"));
+	CHECK(pattern_matches("*@example.com", "Carol@EXAMPLE.com")); // ASCII case does not matter
+	CHECK_FALSE(pattern_matches("*@example.com", "carol@example.com.evil"));
+	CHECK_FALSE(pattern_matches("*@example.com", "carol@sub.example.org"));
+	CHECK(pattern_matches("*@*.example.com", "carol@vpn.example.com"));
+	CHECK_FALSE(pattern_matches("*@*.example.com", "carol@example.com"));
+	CHECK(pattern_matches("user*", "user"));
+	CHECK(pattern_matches("a*b*c", "aXbYbZc"));
+	CHECK_FALSE(pattern_matches("a*b*c", "aXbYbZ"));
+	CHECK(pattern_matches("exact.example", "exact.example"));
+	CHECK_FALSE(pattern_matches("exact.example", "exact.example2"));
+	CHECK_FALSE(pattern_matches("", "x"));
+	// Many stars against a long text that never matches: bounded work, no recursion.
+	CHECK_FALSE(pattern_matches(std::string(100, '*') + "x", std::string(255, 'a')));
+}
+
+TEST_CASE("template: two EAP users get instances of their own, with addresses and selectors of their own") {
+	Pki pki;
+	Gateway g({eap_template(pki)});
+	g.hg.pool = {*parse_address("10.9.0.10"), *parse_address("10.9.0.11")};
+	auto& carol =
+	    g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw), "10.0.1.1:4500");
+	auto& dave = g.start_client(eap_client(pki, "10.0.1.2", "dave", kDavePw), "10.0.1.2:4500");
+	REQUIRE(established(carol, g));
+	REQUIRE(established(dave, g));
+
+	const std::optional<size_t> ic = index_of(*g.gw, "users/carol"), id = index_of(*g.gw, "users/dave");
+	REQUIRE(ic);
+	REQUIRE(id);
+	CHECK(*ic != *id);
+	CHECK(g.hg.instances_added == std::vector<size_t>{*ic, *id});
+	const PeerPolicy& pc = g.gw->peers()[*ic];
+	const PeerPolicy& pd = g.gw->peers()[*id];
+	CHECK(pc.template_of == size_t(0));
+	CHECK(pc.instance_user == "carol");
+	CHECK(pc.remote_id == *parse_identity("carol@laptop.example")); // its IDi
+	CHECK(pc.allowed_ips.empty());
+	// dave's users-file data: his fixed address, then his network.
+	CHECK(pd.assign == std::vector<IpAddress>{*parse_address("10.9.9.50")});
+	CHECK(pd.allowed_ips ==
+	      std::vector<IpPrefix>{*parse_prefix("10.9.9.50/32"), *parse_prefix("192.168.50.0/24")});
+
+	// Addresses: carol from the pool, dave his own (the pool is not asked for him).
+	CHECK(carol.h.got_addresses == std::vector<IpAddress>{*parse_address("10.9.0.10")});
+	CHECK(dave.h.got_addresses == std::vector<IpAddress>{*parse_address("10.9.9.50")});
+	CHECK(g.hg.leases.size() == 1);
+	CHECK(g.hg.leases.count(*ic) == 1);
+
+	// Status names each IKE SA by its instance, with the EAP identity.
+	const auto sc = g.sa_of("users/carol"), sd = g.sa_of("users/dave");
+	REQUIRE(sc);
+	REQUIRE(sd);
+	CHECK(sc->eap_identity == "carol");
+	CHECK(sd->eap_identity == "dave");
+	REQUIRE(sd->children.size() == 1);
+	CHECK(sd->children[0].remote_ts ==
+	      std::vector<std::string>{"10.9.9.50/32", "192.168.50.0/24"}); // narrowed to his own
+	REQUIRE(sc->children.size() == 1);
+	CHECK(sc->children[0].remote_ts == std::vector<std::string>{"10.9.0.10/32"});
+	CHECK(g.hg.logged("peer users: user 'carol' connected as peer users/carol"));
+}
+
+TEST_CASE("template: a returning user gets its instance back; its end frees the slot for the next user") {
+	Pki pki;
+	Gateway g({eap_template(pki)});
+	g.hg.pool = {*parse_address("10.9.0.10"), *parse_address("10.9.0.11")};
+	auto& carol =
+	    g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw), "10.0.1.1:4500");
+	REQUIRE(established(carol, g));
+	const size_t slot = *index_of(*g.gw, "users/carol");
+
+	// carol again, from another address (her laptop lost its IKE SA): the
+	// same instance, the newer IKE SA replaces the older, same address.
+	auto& carol2 =
+	    g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw), "10.0.1.9:4500");
+	REQUIRE(established(carol2, g));
+	CHECK(index_of(*g.gw, "users/carol") == slot);
+	CHECK(g.hg.instances_added.size() == 1);
+	CHECK(g.hg.instances_removed.empty());
+	CHECK(carol2.h.got_addresses == std::vector<IpAddress>{*parse_address("10.9.0.10")});
+	size_t carol_sas = 0;
+	for (const IkeSaStatus& s : g.gw->status(g.now))
+		carol_sas += s.peer == "users/carol";
+	CHECK(carol_sas == 1);
+
+	// She leaves (Delete): the instance ends, address back first.
+	carol2.e->shutdown();
+	g.pump();
+	CHECK(g.hg.instances_removed == std::vector<size_t>{slot});
+	CHECK_FALSE(index_of(*g.gw, "users/carol"));
+	CHECK(g.hg.leases.empty());
+	CHECK(g.hg.logged("peer users/carol: user disconnected"));
+
+	// The next user takes the slot; nothing of carol's is left in it.
+	auto& dave = g.start_client(eap_client(pki, "dave@x.example", "dave", kDavePw), "10.0.1.2:4500");
+	REQUIRE(established(dave, g));
+	CHECK(index_of(*g.gw, "users/dave") == slot);
+	CHECK(g.gw->peers()[slot].instance_user == "dave");
+	CHECK(g.gw->peers().size() == slot + 1); // no new index
+}
+
+TEST_CASE("template: certificate users match the pattern; others and exact peers are told apart") {
+	Pki pki;
+	const TestCert alice = pki.user("alice@users.example", 201), bob = pki.user("bob@users.example", 202),
+	               eve = pki.user("eve@other.example", 203);
+	// An ordinary peer with an identity the pattern would match too: it wins.
+	PeerPolicy fixed = quiet(policy("bob-fixed", "gw.example.com", "bob@users.example"));
+	fixed.psk.clear();
+	fixed.credentials = pki.gw.credentials();
+	fixed.trust = pki.gw.trust();
+	fixed.allowed_ips = {*parse_prefix("10.9.7.7/32")};
+	Gateway g({cert_template(pki), fixed});
+	g.hg.pool = {*parse_address("10.9.0.10"), *parse_address("10.9.0.11")};
+
+	auto& a = g.start_client(cert_client(pki, alice, "alice@users.example"), "10.0.1.1:4500");
+	auto& b = g.start_client(cert_client(pki, bob, "bob@users.example"), "10.0.1.2:4500");
+	auto& e = g.start_client(cert_client(pki, eve, "eve@other.example"), "10.0.1.3:4500");
+	CHECK(established(a, g));
+	CHECK(established(b, g));
+	CHECK_FALSE(established(e, g));
+	CHECK(index_of(*g.gw, "certs/alice@users.example"));
+	CHECK(g.sa_of("bob-fixed")); // the exact identity, not the template
+	CHECK_FALSE(index_of(*g.gw, "certs/bob@users.example"));
+	CHECK(g.hg.logged("identity 'eve@other.example' is not configured for any peer"));
+	CHECK(g.hg.instances_added.size() == 1);
+	// A certificate for another identity than the IDi is refused as ever.
+	auto& liar = g.start_client(cert_client(pki, eve, "carl@users.example"), "10.0.1.4:4500");
+	CHECK_FALSE(established(liar, g));
+	CHECK(g.hg.instances_added.size() == 1);
+}
+
+TEST_CASE("template: a host that cannot add the user refuses it, and leaves nothing behind") {
+	Pki pki;
+	Gateway g({eap_template(pki)});
+	g.hg.pool = {*parse_address("10.9.0.10")};
+	g.hg.refuse_instances = true;
+	auto& carol =
+	    g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw), "10.0.1.1:4500");
+	CHECK_FALSE(established(carol, g));
+	CHECK(g.hg.logged("could not set up a peer for this user"));
+	CHECK_FALSE(index_of(*g.gw, "users/carol"));
+	CHECK(g.hg.installed.empty());
+	CHECK(g.hg.leases.empty());
+	CHECK(g.gw->counters().auth_failed == 1);
+	// Later it can: the same slot, clean.
+	g.hg.refuse_instances = false;
+	auto& again =
+	    g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw), "10.0.1.5:4500");
+	CHECK(established(again, g));
+	CHECK(index_of(*g.gw, "users/carol") == size_t(1));
+}
+
+TEST_CASE("template: removing the template removes its users, each told by a Delete") {
+	Pki pki;
+	Gateway g({eap_template(pki)});
+	g.hg.pool = {*parse_address("10.9.0.10"), *parse_address("10.9.0.11")};
+	auto& carol =
+	    g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw), "10.0.1.1:4500");
+	auto& dave = g.start_client(eap_client(pki, "dave@x.example", "dave", kDavePw), "10.0.1.2:4500");
+	REQUIRE(established(carol, g));
+	REQUIRE(established(dave, g));
+	g.gw->remove_peer(0, g.now);
+	g.pump();
+	CHECK(g.hg.instances_removed.size() == 2);
+	CHECK(g.gw->status(g.now).empty());
+	CHECK(g.hg.installed.empty());
+	CHECK(g.hg.leases.empty());
+	CHECK_FALSE(established(carol, g));
+	CHECK_FALSE(established(dave, g));
+	CHECK(carol.h.logged("IKE SA closed"));
+	// Nobody is matched by it any more.
+	auto& late =
+	    g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw), "10.0.1.7:4500");
+	CHECK_FALSE(established(late, g));
+	CHECK(g.hg.logged("is not configured for any peer"));
+}
