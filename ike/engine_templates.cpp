@@ -125,7 +125,9 @@ std::optional<size_t> Engine::instantiate(size_t tmpl, const std::string& user, 
 		why = "the gateway could not set up a peer for this user";
 		return std::nullopt;
 	}
-	host_.log("peer " + t.name + ": user '" + user + "' connected as peer " + peers_[slot].name);
+	// (t may be gone: peers_ grew.)
+	host_.log("peer " + peers_[tmpl].name + ": user '" + user + "' connected as peer " +
+	          peers_[slot].name);
 	return slot;
 }
 
