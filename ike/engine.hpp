@@ -395,6 +395,19 @@ public:
 	 * (nothing changed then); nothing once it has begun changing state.
 	 */
 	void remove_peer(size_t peer, Clock::time_point now);
+	/**
+	 * update_users() - a reload changed only the users file of template @tmpl
+	 * @users: the new table (may be null: no users file)
+	 * @now:   the time
+	 *
+	 * The template takes @users from now on. Connected users whose entry
+	 * changed or went (a new password, address or network; removed from
+	 * the file) are ended, each with a Delete, and log in again under the
+	 * new entry; every other user keeps its SAs untouched.
+	 * Return: how many users were ended.
+	 * Throws: std::invalid_argument when @tmpl is no active template.
+	 */
+	size_t update_users(size_t tmpl, std::shared_ptr<const Users> users, Clock::time_point now);
 	/// @peer was added and not removed (false for an index never given).
 	bool peer_active(size_t peer) const noexcept { return peer < active_.size() && active_[peer]; }
 

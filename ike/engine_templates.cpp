@@ -11,6 +11,8 @@
 #include "ike/engine_internal.hpp"
 
 #include <cctype>
+#include <stdexcept>
+#include <utility>
 
 namespace esptun::ike {
 
@@ -165,6 +167,38 @@ void Engine::end_instances() {
 			counters_.internal_errors++;
 		}
 	}
+}
+
+size_t Engine::update_users(size_t tmpl, std::shared_ptr<const Users> users, Clock::time_point now) {
+	if (tmpl >= peers_.size() || !active_[tmpl] || !peers_[tmpl].is_template())
+		throw std::invalid_argument("IKE peer index " + std::to_string(tmpl) +
+		                            " is not an active template");
+	const std::shared_ptr<const Users> before = std::exchange(peers_[tmpl].users, std::move(users));
+	const Users* now_users = peers_[tmpl].users.get();
+	// A user whose entry changed logs in again: a new password must be
+	// proved, new addresses and networks take a new instance. A user no
+	// longer listed is ended where the list is what admits (EAP-MSCHAPv2);
+	// with certificates the list only adds data, and its absence is none.
+	auto entry = [](const Users* u, const std::string& name) -> const User* {
+		if (!u) return nullptr;
+		auto it = u->find(name);
+		return it == u->end() ? nullptr : &it->second;
+	};
+	std::vector<size_t> going;
+	for (const auto& [key, slot] : instances_) {
+		if (key.first != tmpl) continue;
+		const User* old_entry = entry(before.get(), key.second);
+		const User* new_entry = entry(now_users, key.second);
+		const bool same =
+		    (!old_entry && !new_entry) || (old_entry && new_entry && *old_entry == *new_entry);
+		if (!same) going.push_back(slot);
+	}
+	for (const size_t i : going) {
+		const std::string name = peers_[i].name;
+		remove_peer(i, now);
+		host_.log("peer " + name + ": ended: its entry in the users file changed or went");
+	}
+	return going.size();
 }
 
 } // namespace esptun::ike

@@ -285,3 +285,53 @@ TEST_CASE("template: removing the template removes its users, each told by a Del
 	CHECK_FALSE(established(late, g));
 	CHECK(g.hg.instances_added.size() == 2);
 }
+
+TEST_CASE("template: a new users table ends only the users whose entry changed or went") {
+	Pki pki;
+	Gateway g({eap_template(pki)});
+	g.hg.pool = {*parse_ip("10.9.0.10"), *parse_ip("10.9.0.11")};
+	auto& carol =
+	    g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw), "10.0.1.1:4500");
+	auto& dave = g.start_client(eap_client(pki, "dave@x.example", "dave", kDavePw), "10.0.1.2:4500");
+	REQUIRE(established(carol, g));
+	REQUIRE(established(dave, g));
+	const auto carol_sa = g.sa_of("users/carol");
+	REQUIRE(carol_sa);
+
+	// erin added, dave's network changed, carol as before.
+	auto users = std::make_shared<Users>(*g.gw->peers()[0].users);
+	users->emplace("erin", User{eap::nt_password_hash("erin's passphrase"), {}, {}});
+	users->at("dave").allowed_ips = {*parse_prefix("192.168.51.0/24")};
+	CHECK(g.gw->update_users(0, users, g.now) == 1);
+	g.pump();
+	CHECK_FALSE(established(dave, g));
+	CHECK_FALSE(index_of(*g.gw, "users/dave"));
+	CHECK(g.hg.logged("peer users/dave: ended: its entry in the users file changed or went"));
+	// carol's IKE SA is the same one, untouched.
+	const auto carol_after = g.sa_of("users/carol");
+	REQUIRE(carol_after);
+	CHECK(carol_after->spi_r == carol_sa->spi_r);
+	CHECK(established(carol, g));
+	// dave logs in again and gets his new network; erin can log in now.
+	auto& dave2 = g.start_client(eap_client(pki, "dave@x.example", "dave", kDavePw), "10.0.1.3:4500");
+	REQUIRE(established(dave2, g));
+	const size_t id = *index_of(*g.gw, "users/dave");
+	CHECK(g.gw->peers()[id].allowed_ips ==
+	      std::vector<IpPrefix>{*parse_prefix("10.9.9.50/32"), *parse_prefix("192.168.51.0/24")});
+	auto& erin =
+	    g.start_client(eap_client(pki, "erin@x.example", "erin", "erin's passphrase"), "10.0.1.4:4500");
+	CHECK(established(erin, g));
+
+	// carol taken out of the file: she is ended, and cannot log in again.
+	auto fewer = std::make_shared<Users>(*users);
+	fewer->erase("carol");
+	CHECK(g.gw->update_users(0, fewer, g.now) == 1);
+	g.pump();
+	CHECK_FALSE(established(carol, g));
+	auto& carol2 =
+	    g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw), "10.0.1.5:4500");
+	CHECK_FALSE(established(carol2, g));
+	CHECK(g.hg.logged("'carol' is not in the users file"));
+	CHECK_THROWS_AS(g.gw->update_users(*index_of(*g.gw, "users/erin"), fewer, g.now),
+	                std::invalid_argument);
+}
