@@ -81,6 +81,8 @@ struct IkePeerConfig {
 	/// A template's identity pattern (a remote_id with '*'; remote_id is then
 	/// empty): ike::PeerPolicy::remote_pattern.
 	std::string remote_pattern;
+	/// rsa_pss: our RSA key signs AUTH with RSASSA-PSS (else PKCS#1 v1.5).
+	bool rsa_pss = false;
 	std::vector<ike::IkeSuite> ike_proposals = ike::default_ike_proposals();
 	std::vector<ike::EspSuite> esp_proposals = ike::default_esp_proposals();
 	/// What the peer may reach through us (our side of its CHILD_SAs, as

@@ -94,7 +94,9 @@ struct PeerPolicy {
 	/// the peer's certificate must lead to (ike/cert.hpp).
 	std::shared_ptr<const Credentials> credentials;
 	std::shared_ptr<const TrustStore> trust;
-	bool uses_certs() const noexcept { return credentials && trust; }
+	/// An RSA key of ours signs AUTH with RSASSA-PSS (RFC 7427 with RFC
+	/// 4055 parameters) instead of PKCS#1 v1.5.
+	bool rsa_pss = false;
 	/// EAP: our role and the method (eap::type::mschapv2 or eap::type::tls).
 	/// Server: credentials sign our AUTH; trust verifies EAP-TLS client
 	/// certificates (unused for MSCHAPv2). Client: trust verifies the

@@ -159,7 +159,7 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 			reply.push_back(std::move(p));
 		reply.push_back(us.credentials->sign(
 		    signed_octets(sa.suite.prf, sa.init_response, sa.ni, sa.keys.sk_pr, idr.body()),
-		    sa.peer_sig_hashes));
+		    sa.peer_sig_hashes, us.rsa_pss));
 	} else {
 		reply.push_back(AuthPayload{AuthMethod::psk, psk_auth(sa.suite.prf, us.psk, sa.init_response,
 		                                                      sa.ni, sa.keys.sk_pr, idr.body())});

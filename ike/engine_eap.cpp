@@ -84,7 +84,7 @@ void Engine::begin_eap_server(IkeSa& sa, const Header& req, size_t peer, const I
 		reply.push_back(std::move(p));
 	reply.push_back(pol.credentials->sign(
 	    signed_octets(sa.suite.prf, sa.init_response, sa.ni, sa.keys.sk_pr, idr.body()),
-	    sa.peer_sig_hashes));
+	    sa.peer_sig_hashes, pol.rsa_pss));
 	reply.push_back(eap_payload({eap::Code::request, e->id, eap::type::identity, {}}));
 	sa.eap = std::move(e);
 	send_response(sa, req, reply);

@@ -569,7 +569,7 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 		payloads.push_back(idr);
 		payloads.push_back(pol.credentials->sign(
 		    signed_octets(sa.suite.prf, sa.init_request, sa.nr, sa.keys.sk_pi, idi.body()),
-		    sa.peer_sig_hashes));
+		    sa.peer_sig_hashes, pol.rsa_pss));
 	} else {
 		payloads.push_back(idr);
 		payloads.push_back(

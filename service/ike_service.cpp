@@ -79,6 +79,7 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 		pol.psk = p.ike->psk;
 		pol.credentials = p.ike->credentials;
 		pol.trust = p.ike->trust;
+		pol.rsa_pss = p.ike->rsa_pss;
 		if (p.ike->auth == conf::IkeAuth::eap_mschapv2 || p.ike->auth == conf::IkeAuth::eap_tls) {
 			pol.eap_role =
 			    config.role == conf::Role::gateway ? ike::EapRole::server : ike::EapRole::client;
