@@ -20,8 +20,7 @@ bool same_ike(const IkePeerConfig& a, const IkePeerConfig& b) {
 	       a.rekey_packets == b.rekey_packets && a.initiate == b.initiate &&
 	       a.allow_weak == b.allow_weak && a.fragment_size == b.fragment_size && a.auth == b.auth &&
 	       a.eap_identity == b.eap_identity && a.eap_password == b.eap_password &&
-	       ((!a.users && !b.users) ||
-	        (a.users && b.users && *a.users == *b.users));
+	       ((!a.users && !b.users) || (a.users && b.users && *a.users == *b.users));
 }
 
 bool same_sa(const SaConfig& a, const SaConfig& b) {
@@ -68,6 +67,14 @@ const PeerConfig* find(const Config& c, const std::string& name) {
 	return it == c.peers.end() ? nullptr : &*it;
 }
 
+/// Two templates alike but for their users (a users_file edited).
+bool only_users_differ(const PeerConfig& a, const PeerConfig& b) {
+	if (!a.ike || !b.ike || a.ike->remote_pattern.empty() || b.ike->remote_pattern.empty()) return false;
+	PeerConfig with_old_users = b;
+	with_old_users.ike->users = a.ike->users;
+	return same_peer(a, with_old_users);
+}
+
 } // namespace
 
 bool same_peer(const PeerConfig& a, const PeerConfig& b) {
@@ -91,6 +98,8 @@ ConfigDiff diff_configs(const Config& running, const Config& next) {
 			d.added.push_back(p.name);
 		else if (same_peer(*old, p))
 			d.unchanged.push_back(p.name);
+		else if (only_users_differ(*old, p))
+			d.users_changed.push_back(p.name);
 		else
 			d.changed.push_back(p.name);
 	}

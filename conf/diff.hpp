@@ -16,8 +16,13 @@ struct ConfigDiff {
 	/// Peers by name, each in the order of the config that has it. A changed
 	/// peer differs in anything but the line it starts on.
 	std::vector<std::string> added, removed, changed, unchanged;
+	/// Templates whose users file is all that changed: their connected users
+	/// stay, but for those whose entry changed or went (not in changed).
+	std::vector<std::string> users_changed;
 
-	bool peers_differ() const noexcept { return !added.empty() || !removed.empty() || !changed.empty(); }
+	bool peers_differ() const noexcept {
+		return !added.empty() || !removed.empty() || !changed.empty() || !users_changed.empty();
+	}
 };
 
 /// diff_configs() - what turning @running into @next means (both validated).

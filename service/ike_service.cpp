@@ -208,6 +208,25 @@ std::vector<std::string> IkeService::instance_names(std::span<const std::string>
 	return out;
 }
 
+size_t IkeService::update_users(const conf::Config& config, std::span<const std::string> names) {
+	const ike::Clock::time_point now = ike::Clock::now();
+	size_t ended = 0;
+	for (const std::string& name : names) {
+		const auto p = std::find_if(config.peers.begin(), config.peers.end(),
+		                            [&](const conf::PeerConfig& c) { return c.name == name; });
+		if (p == config.peers.end() || !p->ike) continue;
+		const std::vector<ike::PeerPolicy>& policies = engine_->peers();
+		for (size_t i = 0; i < policies.size(); i++)
+			if (engine_->peer_active(i) && policies[i].is_template() &&
+			    policies[i].name == name) {
+				ended += engine_->update_users(i, p->ike->users, now);
+				break;
+			}
+	}
+	publish_spis();
+	return ended;
+}
+
 bool IkeService::instance_added(size_t instance) {
 	// A template's user: a peer of its own in the SA table, so its CHILD_SAs,
 	// lease, endpoint and counters are its own. Its fixed addresses and

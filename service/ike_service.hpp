@@ -64,6 +64,13 @@ public:
 	/// @names: a reload that removes or changes a template removes them from
 	/// the table along with it (remove_peers() ends them here).
 	std::vector<std::string> instance_names(std::span<const std::string> names) const;
+	/**
+	 * update_users() - the templates of @config named in @names take their
+	 * new users (a reload that changed only their users_file); users whose
+	 * entry changed or went are ended (ike::Engine::update_users()).
+	 * Return: how many users were ended.
+	 */
+	size_t update_users(const conf::Config& config, std::span<const std::string> names);
 	/// The "ike" member of the status JSON.
 	nlohmann::ordered_json status_json() const;
 	/// route_all: the /1 routes, which follow the families of the virtual

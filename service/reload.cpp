@@ -130,9 +130,12 @@ std::string Reloader::reload() {
 	// Commit: nothing below refuses.
 	if (parts_.ike) parts_.ike->remove_peers(going);
 	parts_.table.commit_peers(std::move(change));
+	size_t users_ended = 0;
 	if (parts_.ike) {
 		try {
 			parts_.ike->add_peers(next, coming);
+			// After the commit: ending a user changes the SA table itself.
+			users_ended = parts_.ike->update_users(next, d.users_changed);
 		} catch (const std::exception& e) {
 			// Only a bug gets here (names were checked above): say so, keep running.
 			log::error("reload: IKE could not take the new peers: " + std::string(e.what()));
@@ -159,6 +162,10 @@ std::string Reloader::reload() {
 	say("added", d.added);
 	say("removed", d.removed);
 	say("re-established", d.changed);
+	if (!d.users_changed.empty())
+		what += (what.empty() ? "" : "; ") + std::string("new users file for ") +
+		        joined(d.users_changed) + " (" + std::to_string(users_ended) +
+		        " connected user(s) ended)";
 	return what + "; " + std::to_string(d.unchanged.size()) + " peer(s) unchanged";
 }
 

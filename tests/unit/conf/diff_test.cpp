@@ -59,5 +59,40 @@ TEST_CASE("[tunnel] settings are named as needing a restart") {
 	CHECK_FALSE(d.peers_differ());
 }
 
+TEST_CASE("a template whose users alone changed keeps its users: users_changed, not changed") {
+	Config running = parse(gateway_lines());
+	PeerConfig& t = running.peers.back(); // its static keys do not matter to diff_configs()
+	t.ike.emplace();
+	t.ike->remote_pattern = "*@example.com";
+	auto users = std::make_shared<ike::Users>();
+	users->emplace("carol", ike::User{{}, {*parse_ip("10.9.9.50")}, {}});
+	t.ike->users = users;
+
+	Config next = running;
+	auto more = std::make_shared<ike::Users>(*users);
+	more->emplace("dave", ike::User{});
+	next.peers.back().ike->users = more;
+	ConfigDiff d = diff_configs(running, next);
+	CHECK(d.users_changed == Names{t.name});
+	CHECK(d.changed.empty());
+	CHECK(d.peers_differ());
+
+	// Anything else changed with them: the template is re-established.
+	next.peers.back().ike->dpd_interval += 5;
+	d = diff_configs(running, next);
+	CHECK(d.changed == Names{t.name});
+	CHECK(d.users_changed.empty());
+
+	// An ordinary peer's users (EAP-MSCHAPv2 passwords) are no template's: changed.
+	Config plain = parse(gateway_lines());
+	plain.peers.back().ike.emplace();
+	Config plain_next = plain;
+	plain.peers.back().ike->users = users;
+	plain_next.peers.back().ike->users = more;
+	d = diff_configs(plain, plain_next);
+	CHECK(d.changed == Names{t.name});
+	CHECK(d.users_changed.empty());
+}
+
 } // namespace
 } // namespace esptun::conf
