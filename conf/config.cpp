@@ -76,7 +76,7 @@ constexpr std::string_view kPeerKeys[] = {"name",
                                           "ca_dir",
                                           "crl_files",
                                           "auth",
-                                          "eap_users_file",
+                                          "users_file",
                                           "eap_identity",
                                           "eap_password",
                                           "eap_password_file"};
@@ -87,7 +87,7 @@ constexpr std::string_view kIkeOnlyKeys[] = {
     "local_id",         "remote_id",  "ike_proposals",     "esp_proposals",    "initiate",
     "dpd_interval",     "rekey_time", "ike_rekey_time",    "local_ts",         "rekey_bytes",
     "rekey_packets",    "allow_weak", "ike_fragment_size", "private_key_file", "cert_chain_file",
-    "ca_dir",           "crl_files",  "eap_users_file",    "eap_identity",     "eap_password",
+    "ca_dir",           "crl_files",  "users_file",        "eap_identity",     "eap_password",
     "eap_password_file"};
 
 constexpr uint32_t kMinMtu = 576;      // RFC 791: every IPv4 host takes 576-byte datagrams
@@ -191,6 +191,7 @@ Config Loader::load(std::string_view text) {
 	if (const toml::node* n = root.get("peer")) parse_peers(*n);
 	check_role(tunnel_line_ > 0 ? tunnel_line_ : 1);
 	check_key_reuse();
+	check_user_overlaps();
 	return std::move(config_);
 }
 
