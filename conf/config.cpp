@@ -567,8 +567,13 @@ PeerConfig Loader::parse_peer(const toml::table& t) {
 
 	parse_endpoint_key(t, peer);
 	// A client of a gateway with an address pool may have no allowed_ips:
-	// its address is then leased from the pool when it connects.
-	parse_allowed_ips(t, peer, ike && role_ == Role::gateway && !config_.tunnel.address_pool.empty());
+	// its address is then leased from the pool when it connects. A template
+	// (remote_id with '*') has none; check_template() says what it needs.
+	const toml::node* remote = t.get("remote_id");
+	const bool tmpl = ike && role_ == Role::gateway && remote && remote->is_string() &&
+	                  remote->as_string()->get().find('*') != std::string::npos;
+	parse_allowed_ips(t, peer,
+	                  tmpl || (ike && role_ == Role::gateway && !config_.tunnel.address_pool.empty()));
 
 	if (auto v = get_bool(t, "esn", where)) peer.esn = v->value;
 	if (auto v = get_int(t, "replay_window", where)) {
