@@ -76,7 +76,7 @@ constexpr std::string_view kPeerKeys[] = {"name",
                                           "ca_dir",
                                           "crl_files",
                                           "auth",
-                                          "eap_users_file",
+                                          "users_file",
                                           "eap_identity",
                                           "eap_password",
                                           "eap_password_file"};
@@ -87,7 +87,7 @@ constexpr std::string_view kIkeOnlyKeys[] = {
     "local_id",         "remote_id",  "ike_proposals",     "esp_proposals",    "initiate",
     "dpd_interval",     "rekey_time", "ike_rekey_time",    "local_ts",         "rekey_bytes",
     "rekey_packets",    "allow_weak", "ike_fragment_size", "private_key_file", "cert_chain_file",
-    "ca_dir",           "crl_files",  "eap_users_file",    "eap_identity",     "eap_password",
+    "ca_dir",           "crl_files",  "users_file",        "eap_identity",     "eap_password",
     "eap_password_file"};
 
 constexpr uint32_t kMinMtu = 576;      // RFC 791: every IPv4 host takes 576-byte datagrams
@@ -191,6 +191,7 @@ Config Loader::load(std::string_view text) {
 	if (const toml::node* n = root.get("peer")) parse_peers(*n);
 	check_role(tunnel_line_ > 0 ? tunnel_line_ : 1);
 	check_key_reuse();
+	check_user_overlaps();
 	return std::move(config_);
 }
 
@@ -566,8 +567,13 @@ PeerConfig Loader::parse_peer(const toml::table& t) {
 
 	parse_endpoint_key(t, peer);
 	// A client of a gateway with an address pool may have no allowed_ips:
-	// its address is then leased from the pool when it connects.
-	parse_allowed_ips(t, peer, ike && role_ == Role::gateway && !config_.tunnel.address_pool.empty());
+	// its address is then leased from the pool when it connects. A template
+	// (remote_id with '*') has none; check_template() says what it needs.
+	const toml::node* remote = t.get("remote_id");
+	const bool tmpl = ike && role_ == Role::gateway && remote && remote->is_string() &&
+	                  remote->as_string()->get().find('*') != std::string::npos;
+	parse_allowed_ips(t, peer,
+	                  tmpl || (ike && role_ == Role::gateway && !config_.tunnel.address_pool.empty()));
 
 	if (auto v = get_bool(t, "esn", where)) peer.esn = v->value;
 	if (auto v = get_int(t, "replay_window", where)) {

@@ -65,7 +65,8 @@ std::string_view ike_auth_name(IkeAuth a) noexcept;
 /// A peer keyed by IKEv2 (it has psk, psk_file, cert_file or auth instead of [peer.out]/[peer.in]).
 struct IkePeerConfig {
 	IkeAuth auth = IkeAuth::psk;
-	/// Gateway, eap-mschapv2: the users of eap_users_file (NT hashes, wiped when freed).
+	/// Gateway: the users of users_file (eap-mschapv2: NT hashes, wiped when
+	/// freed; a template: fixed addresses and networks); null without one.
 	std::shared_ptr<const ike::Users> users;
 	/// Client, EAP: our EAP identity (the MSCHAPv2 user name).
 	std::string eap_identity;

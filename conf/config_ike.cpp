@@ -7,6 +7,7 @@
 
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <sys/stat.h>
 #include <tuple>
 #include <unistd.h>
@@ -16,9 +17,18 @@ namespace esptun::conf::detail {
 namespace {
 /// At most this many CA files in ca_dir, and CRL files in crl_files.
 constexpr size_t kMaxCaFiles = 64;
-/// eap_users_file: at most this large, and this many users.
+/// users_file: at most this large, and this many users.
 constexpr size_t kMaxUsersFile = 16u << 20;
 constexpr size_t kMaxUsers = 100000;
+/// A template's remote_id pattern: at most this long (as an identity).
+constexpr size_t kMaxPatternLen = 255;
+
+/// True when every bit of @a past the first @len is set.
+bool host_bits_ones(const IpAddress& a, unsigned len) {
+	for (unsigned i = len; i < a.max_prefix(); i++)
+		if (!((a.bytes[i / 8] >> (7 - i % 8)) & 1)) return false;
+	return true;
+}
 } // namespace
 
 SecretString Loader::read_pem(const Found<std::string>& f, const std::string& what, bool secret,
@@ -175,6 +185,11 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 	}
 	const int auth_line = auth ? auth->line : peer.line;
 	const bool psk = ike.auth == IkeAuth::psk;
+	auto remote = get_string(t, "remote_id", where);
+	if (remote && remote->value.find('*') != std::string::npos) {
+		check_template(t, peer, ike, *remote, auth_line);
+		ike.remote_pattern = remote->value;
+	}
 	if (!psk && (inline_psk || file))
 		fail(
 		    (inline_psk ? inline_psk->line : file->line),
@@ -220,7 +235,7 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 		return id;
 	};
 	ike.local_id = identity("local_id", config_.tunnel.local_id);
-	ike.remote_id = identity("remote_id", peer.name);
+	if (ike.remote_pattern.empty()) ike.remote_id = identity("remote_id", peer.name);
 	parse_ike_auth(t, peer, ike);
 
 	if (auto v = get_bool(t, "allow_weak", where)) ike.allow_weak = v->value;
@@ -310,11 +325,51 @@ IkePeerConfig Loader::parse_ike_peer(const toml::table& t, const PeerConfig& pee
 }
 
 /**
+ * check_template() - the rules for a template peer: a gateway [[peer]]
+ * whose remote_id (@pattern) has '*' and so serves every user whose IKE
+ * identity matches it. Users connect to it (no endpoint, no initiate), each
+ * gets an address from the pool and its own networks from users_file (none
+ * in the [[peer]]), and no pre-shared key (every user would hold it).
+ * Static keys cannot reach here: an IKE peer refuses [peer.out]/[peer.in].
+ */
+void Loader::check_template(const toml::table& t, const PeerConfig& peer, const IkePeerConfig& ike,
+                            const Found<std::string>& pattern, int auth_line) {
+	const std::string is =
+	    "peer " + q(peer.name) + " is a template (remote_id " + q(pattern.value) + " has '*')";
+	if (role_ != Role::gateway)
+		fail(pattern.line, "remote_id " + q(pattern.value) + " of peer " + q(peer.name) +
+		                       " has '*', which makes a template for many users, and only a "
+		                       "gateway has templates; a client names its one gateway: write the "
+		                       "gateway's identity in remote_id");
+	if (pattern.value.size() > kMaxPatternLen)
+		fail(pattern.line, "remote_id of peer " + q(peer.name) + " is longer than " +
+		                       std::to_string(kMaxPatternLen) + " bytes; shorten the pattern");
+	if (ike.auth == IkeAuth::psk)
+		fail(auth_line, is + " with a pre-shared key: every user would know the key and could pose "
+		                     "as the gateway; set auth to \"cert\", \"eap-mschapv2\" or \"eap-tls\"");
+	if (const toml::node* n = t.get("endpoint"))
+		fail(line_of(*n), is + " and has an endpoint, but its users connect to the gateway, "
+		                       "never the other way; remove endpoint");
+	if (auto v = get_bool(t, "initiate", "[[peer]]"); v && v->value)
+		fail(v->line, is + ": its users connect to the gateway, which never initiates to them; "
+		                   "remove initiate = true");
+	if (const toml::node* n = t.get("allowed_ips"))
+		fail(line_of(*n), is + " and has allowed_ips; a template has none of its own: each user "
+		                       "gets an address from [tunnel] address_pool, and networks behind a "
+		                       "user go in its allowed_ips in users_file; remove allowed_ips here");
+	if (config_.tunnel.address_pool.empty())
+		fail(pattern.line, is + ", but [tunnel] has no address_pool; each user gets its address "
+		                        "from it: add address_pool = [\"10.77.0.0/24\"] to [tunnel]");
+}
+
+/**
  * parse_ike_auth() - what each side needs for ike.auth, and nothing it
  * does not use:
  *   cert:          our certificate and key, and ca_dir for the peer's;
- *   EAP, gateway:  our certificate and key; eap_users_file (MSCHAPv2) or
+ *   EAP, gateway:  our certificate and key; users_file (MSCHAPv2) or
  *                  ca_dir for the clients' certificates (EAP-TLS);
+ *   a template:    users_file may also be given with cert and EAP-TLS
+ *                  (addresses and networks per user);
  *   EAP, client:   ca_dir for the gateway's certificate; eap_identity and
  *                  eap_password[_file] (MSCHAPv2) or our certificate and
  *                  key for TLS (EAP-TLS).
@@ -348,8 +403,10 @@ void Loader::parse_ike_auth(const toml::table& t, const PeerConfig& peer, IkePee
 		refuse("ca_dir", why);
 		refuse("crl_files", why);
 	}
-	if (!(ike.auth == IkeAuth::eap_mschapv2 && gateway))
-		refuse("eap_users_file", "it lists the EAP-MSCHAPv2 users a gateway accepts");
+	const bool tmpl = !ike.remote_pattern.empty();
+	if (!(ike.auth == IkeAuth::eap_mschapv2 && gateway) && !tmpl)
+		refuse("users_file", "it lists the EAP-MSCHAPv2 users a gateway accepts, or the users of "
+		                     "a template peer (a gateway peer whose remote_id has '*')");
 	if (!(eap && !gateway)) refuse("eap_identity", "it is a client's EAP user name");
 	if (!(ike.auth == IkeAuth::eap_mschapv2 && !gateway)) {
 		refuse("eap_password", "it is an EAP-MSCHAPv2 client's password");
@@ -357,14 +414,13 @@ void Loader::parse_ike_auth(const toml::table& t, const PeerConfig& peer, IkePee
 	}
 	if (own_cert) parse_own_cert(t, peer, ike);
 	if (trust) parse_trust(t, peer, ike);
-	if (ike.auth == IkeAuth::eap_mschapv2 && gateway) {
-		auto users = get_string(t, "eap_users_file", where);
-		if (!users)
-			fail(peer.line,
-			     "peer " + q(peer.name) + as +
-			         " needs eap_users_file: a TOML file (mode 0600) of [[user]] tables "
-			         "with name and password");
-		ike.users = parse_eap_users(*users, peer);
+	if ((ike.auth == IkeAuth::eap_mschapv2 && gateway) || tmpl) {
+		auto users = get_string(t, "users_file", where);
+		if (!users && ike.auth == IkeAuth::eap_mschapv2)
+			fail(peer.line, "peer " + q(peer.name) + as +
+			                    " needs users_file: a TOML file (mode 0600) of [[user]] tables "
+			                    "with name and password");
+		if (users) ike.users = parse_users(*users, peer, ike);
 	}
 	if (eap && !gateway) {
 		auto id = get_string(t, "eap_identity", where);
@@ -401,15 +457,35 @@ void Loader::parse_ike_auth(const toml::table& t, const PeerConfig& peer, IkePee
 }
 
 /**
- * parse_eap_users() - eap_users_file: [[user]] tables with name and
- * password, read as a private key is (mode 0600, owned by root). Only each
- * password's NT hash is kept (EAP-MSCHAPv2 needs nothing else).
+ * parse_users() - users_file: [[user]] tables, read as a private key is
+ * (mode 0600, owned by root). Keys of a user:
+ *   name:        required, 1 to 255 bytes: what the peer's users are known
+ *                by (ike/users.hpp);
+ *   password:    required with auth = eap-mschapv2, refused otherwise; only
+ *                its NT hash is kept, the text is wiped;
+ *   addresses:   fixed virtual addresses, at most one per family (template);
+ *   allowed_ips: networks behind the user (template).
+ * Addresses and networks are collected in user_claims_ for
+ * check_user_overlaps(), which runs once every peer is known.
  */
-std::shared_ptr<const ike::Users> Loader::parse_eap_users(const Found<std::string>& f,
-                                                          const PeerConfig& peer) {
-	const std::string what = "eap_users_file of peer " + q(peer.name);
+std::shared_ptr<const ike::Users> Loader::parse_users(const Found<std::string>& f, const PeerConfig& peer,
+                                                      const IkePeerConfig& ike) {
+	const std::string what = "users_file of peer " + q(peer.name);
 	const SecretString text = read_pem(f, what, true, kMaxUsersFile);
 	toml::table doc;
+	// The parsed document holds the passwords in toml++'s own strings: wipe
+	// them however this function ends.
+	struct WipePasswords {
+		toml::table& doc;
+		~WipePasswords() {
+			if (toml::array* list = doc["user"].as_array())
+				for (toml::node& n : *list)
+					if (toml::table* u = n.as_table())
+						if (toml::value<std::string>* pw =
+						        (*u)["password"].as_string())
+							OPENSSL_cleanse(pw->get().data(), pw->get().size());
+		}
+	} wipe{doc};
 	try {
 		doc = toml::parse(text.view());
 	} catch (const toml::parse_error& e) {
@@ -425,40 +501,192 @@ std::shared_ptr<const ike::Users> Loader::parse_eap_users(const Found<std::strin
 			                 "; the file holds only [[user]] tables");
 	auto users = std::make_shared<ike::Users>();
 	const toml::array* list = doc["user"].as_array();
+	const bool mschap = ike.auth == IkeAuth::eap_mschapv2;
+	const bool tmpl = !ike.remote_pattern.empty();
 	if (!list || list->empty())
-		fail(f.line, what + " (" + f.value +
-		                 ") lists no users; add [[user]] tables with name = \"...\" and "
-		                 "password = \"...\"");
+		fail(f.line, what + " (" + f.value + ") lists no users; add [[user]] tables with " +
+		                 (mschap ? "name = \"...\" and password = \"...\"" : "name = \"...\""));
 	if (list->size() > kMaxUsers)
 		fail(f.line, what + " lists more than " + std::to_string(kMaxUsers) + " users");
+	const size_t source = user_sources_.size();
+	user_sources_.push_back({peer.name, f.value, f.line});
 	for (const toml::node& n : *list) {
 		const toml::table* u = n.as_table();
 		if (!u) fail(f.line, at(n) + ": each user is a [[user]] table");
 		for (auto&& [k, v] : *u)
-			if (k.str() != "name" && k.str() != "password")
-				fail(f.line, at(v) + ": unknown key " + q(std::string(k.str())) +
-				                 " in [[user]] (it takes name and password)");
+			if (k.str() != "name" && k.str() != "password" && k.str() != "addresses" &&
+			    k.str() != "allowed_ips")
+				fail(f.line,
+				     at(v) + ": unknown key " + q(std::string(k.str())) +
+				         " in [[user]] (it takes name, password, addresses and allowed_ips)");
 		const auto name = (*u)["name"].value<std::string>();
-		const toml::node* pw = u->get("password");
 		if (!name || name->empty() || name->size() > 255)
 			fail(f.line, at(n) + ": [[user]] needs name = \"...\" (1 to 255 bytes)");
-		if (!pw || !pw->is_string() || pw->as_string()->get().empty())
-			fail(f.line, at(n) + ": user " + q(*name) + " needs password = \"...\"");
-		SecretBytes hash;
-		try {
-			hash = ike::eap::nt_password_hash(pw->as_string()->get());
-		} catch (const std::exception& e) {
-			fail(f.line, at(n) + ": the password of user " + q(*name) + ": " + e.what());
+		const std::string who = "user " + q(*name);
+		ike::User user;
+		const toml::node* pw = u->get("password");
+		if (mschap) {
+			if (!pw || !pw->is_string() || pw->as_string()->get().empty())
+				fail(f.line, at(n) + ": " + who + " needs password = \"...\"");
+			try {
+				user.nt_hash = ike::eap::nt_password_hash(pw->as_string()->get());
+			} catch (const std::exception& e) {
+				fail(f.line, at(n) + ": the password of " + who + ": " + e.what());
+			}
+		} else if (pw) {
+			fail(f.line, at(*pw) + ": " + who + " has a password, but peer " + q(peer.name) +
+			                 " has auth = " + q(ike_auth_name(ike.auth)) +
+			                 ": only EAP-MSCHAPv2 users have passwords; remove it");
 		}
-		if (!users->emplace(*name, ike::User{std::move(hash), {}, {}}).second)
-			fail(f.line, at(n) + ": user " + q(*name) + " is listed twice");
+		// Each entry of an array of strings, with the line it is on.
+		auto strings = [&](std::string_view key) {
+			std::vector<std::pair<std::string, const toml::node*>> out;
+			const toml::node* a = u->get(key);
+			if (!a) return out;
+			if (!tmpl)
+				fail(f.line,
+				     at(*a) + ": " + who + " has " + std::string(key) + ", but peer " +
+				         q(peer.name) +
+				         " is not a template (a remote_id with '*'), so it is one peer "
+				         "whose addresses are its own allowed_ips; remove " +
+				         std::string(key) + " or make the peer a template");
+			if (!a->is_array())
+				fail(f.line, at(*a) + ": " + std::string(key) + " of " + who +
+				                 " must be a list in brackets, e.g. " + std::string(key) +
+				                 " = [\"10.77.0.5\"]");
+			for (const toml::node& e : *a->as_array()) {
+				if (!e.is_string())
+					fail(f.line, at(e) + ": every entry of " + std::string(key) + " of " +
+					                 who + " must be a string in double quotes");
+				out.emplace_back(e.as_string()->get(), &e);
+			}
+			return out;
+		};
+		for (const auto& [value, node] : strings("addresses")) {
+			const std::optional<IpAddress> ip = parse_ip(value);
+			if (!ip)
+				fail(f.line, at(*node) + ": addresses entry " + q(value) + " of " + who +
+				                 " is not an IP address; write one address without a prefix "
+				                 "length, e.g. \"10.77.0.5\" or \"fd77::5\"");
+			for (const IpAddress& other : user.addresses)
+				if (other.family == ip->family)
+					fail(f.line, at(*node) + ": " + who + " has two " +
+					                 (ip->family == Family::v4 ? "IPv4" : "IPv6") +
+					                 " addresses (" + q(to_string(other)) + " and " +
+					                 q(value) +
+					                 "); a user has at most one of each family");
+			// The pool never leases an IPv4 subnet's network and broadcast
+			// addresses (tunnel/address_pool.cpp); nor may a user have them.
+			for (const IpPrefix& pool : config_.tunnel.address_pool) {
+				if (!pool.contains(*ip) || ip->family != Family::v4 || pool.len > 30)
+					continue;
+				const bool network = *ip == pool.addr;
+				const bool broadcast = host_bits_ones(*ip, pool.len);
+				if (network || broadcast)
+					fail(
+					    f.line,
+					    at(*node) + ": address " + q(value) + " of " + who + " is the " +
+					        (network ? "network" : "broadcast") +
+					        " address of [tunnel] address_pool entry " +
+					        q(to_string(pool)) +
+					        "; a fixed address is a host address inside the pool, or any "
+					        "address outside every pool network");
+			}
+			user.addresses.push_back(*ip);
+			user_claims_.push_back({IpPrefix{*ip, static_cast<uint8_t>(ip->max_prefix())}, *name,
+			                        source, static_cast<int>(node->source().begin.line), true});
+		}
+		for (const auto& [value, node] : strings("allowed_ips")) {
+			const std::optional<IpPrefix> p = parse_prefix(value);
+			if (!p)
+				fail(f.line,
+				     at(*node) + ": allowed_ips entry " + q(value) + " of " + who +
+				         " is not an address or prefix; write e.g. \"192.168.60.0/24\"");
+			if (p->network() != *p)
+				fail(f.line, at(*node) + ": allowed_ips entry " + q(value) + " of " + who +
+				                 " has host bits set; did you mean " +
+				                 q(to_string(p->network())) + "?");
+			user.allowed_ips.push_back(*p);
+			user_claims_.push_back(
+			    {*p, *name, source, static_cast<int>(node->source().begin.line), false});
+		}
+		if (!users->emplace(*name, std::move(user)).second)
+			fail(f.line, at(n) + ": " + who + " is listed twice");
 	}
-	// The parsed document holds the passwords in toml++'s own strings: wipe them.
-	for (toml::node& n : *doc["user"].as_array())
-		if (toml::table* u = n.as_table())
-			if (toml::value<std::string>* pw = (*u)["password"].as_string())
-				OPENSSL_cleanse(pw->get().data(), pw->get().size());
 	return users;
+}
+
+/**
+ * check_user_overlaps() - every inner address belongs to one peer or user:
+ * the fixed addresses and allowed_ips of the users of all peers must not
+ * overlap each other, a peer's allowed_ips or the gateway's own [tunnel]
+ * addresses. Prefixes either nest or are apart, so after sorting them by
+ * start (shorter first) a stack of the prefixes holding the current one
+ * finds every overlap in O(n log n); overlaps between the non-user sides
+ * are left to their own checks.
+ */
+void Loader::check_user_overlaps() const {
+	if (user_claims_.empty()) return;
+	struct Item {
+		IpPrefix prefix;
+		int kind;     // 0: a user's claim, 1: a peer's allowed_ips, 2: a [tunnel] address
+		size_t index; // into user_claims_, routes_ or config_.tunnel.addresses
+	};
+	std::vector<Item> items;
+	items.reserve(user_claims_.size() + routes_.size() + config_.tunnel.addresses.size());
+	for (size_t i = 0; i < user_claims_.size(); i++)
+		items.push_back({user_claims_[i].prefix, 0, i});
+	for (size_t i = 0; i < routes_.size(); i++)
+		items.push_back({routes_[i].first, 1, i});
+	for (size_t i = 0; i < config_.tunnel.addresses.size(); i++) {
+		const IpAddress& a = config_.tunnel.addresses[i].addr;
+		items.push_back({IpPrefix{a, static_cast<uint8_t>(a.max_prefix())}, 2, i});
+	}
+	auto key = [](const Item& x) {
+		return std::tuple(x.prefix.addr.family, x.prefix.addr.bytes, x.prefix.len, x.kind, x.index);
+	};
+	std::sort(items.begin(), items.end(), [&](const Item& a, const Item& b) { return key(a) < key(b); });
+	auto describe = [&](const Item& x) {
+		switch (x.kind) {
+		case 0: {
+			const UserClaim& c = user_claims_[x.index];
+			const UserSource& s = user_sources_[c.source];
+			return (c.address ? "address " + q(to_string(c.prefix.addr))
+			                  : "allowed_ips entry " + q(to_string(c.prefix))) +
+			       " of user " + q(c.user) + " (users_file " + q(s.file) + " line " +
+			       std::to_string(c.line) + ", peer " + q(s.peer) + ")";
+		}
+		case 1: {
+			const auto& [prefix, claim] = routes_[x.index];
+			return "allowed_ips entry " + q(to_string(prefix)) + " of peer " + q(claim.peer) +
+			       " (line " + std::to_string(claim.line) + ")";
+		}
+		default:
+			return "the gateway's own address " +
+			       q(to_string(config_.tunnel.addresses[x.index].addr)) + " ([tunnel] addresses)";
+		}
+	};
+	std::vector<const Item*> open; // nested: each holds the next
+	for (const Item& x : items) {
+		while (!open.empty() && !open.back()->prefix.contains(x.prefix.addr))
+			open.pop_back();
+		const Item* other = nullptr;
+		if (x.kind == 0 && !open.empty()) {
+			other = open.back();
+		} else {
+			for (auto it = open.rbegin(); it != open.rend() && !other; ++it)
+				if ((*it)->kind == 0) other = *it;
+		}
+		if (other) {
+			const Item& user = x.kind == 0 ? x : *other;
+			const Item& them = x.kind == 0 ? *other : x;
+			fail(user_sources_[user_claims_[user.index].source].line,
+			     describe(user) + " overlaps " + describe(them) +
+			         "; each inner address must belong to exactly one peer or user, so remove "
+			         "or narrow one");
+		}
+		open.push_back(&x);
+	}
 }
 
 /**

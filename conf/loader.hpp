@@ -119,8 +119,11 @@ private:
 	void parse_ike_auth(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike);
 	void parse_own_cert(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike);
 	void parse_trust(const toml::table& t, const PeerConfig& peer, IkePeerConfig& ike);
-	std::shared_ptr<const ike::Users> parse_eap_users(const Found<std::string>& file,
-	                                                     const PeerConfig& peer);
+	void check_template(const toml::table& t, const PeerConfig& peer, const IkePeerConfig& ike,
+	                    const Found<std::string>& pattern, int auth_line);
+	std::shared_ptr<const ike::Users> parse_users(const Found<std::string>& file, const PeerConfig& peer,
+	                                              const IkePeerConfig& ike);
+	void check_user_overlaps() const;
 	/**
 	 * read_pem() - a PEM file named by a config value, read now (before any
 	 * privilege drop) through files_
@@ -162,6 +165,22 @@ private:
 	std::map<std::string, int> names_;
 	std::map<uint32_t, Claim> in_spis_, out_spis_;
 	std::vector<std::pair<IpPrefix, Claim>> routes_;
+	/// A users_file read: its peer, path and the config line naming it.
+	struct UserSource {
+		std::string peer;
+		std::string file;
+		int line;
+	};
+	/// A user's fixed address (as a host prefix) or allowed_ips entry.
+	struct UserClaim {
+		IpPrefix prefix;
+		std::string user;
+		size_t source; ///< into user_sources_
+		int line;      ///< in the users file
+		bool address;  ///< from addresses, not allowed_ips
+	};
+	std::vector<UserSource> user_sources_;
+	std::vector<UserClaim> user_claims_;
 };
 
 } // namespace esptun::conf::detail

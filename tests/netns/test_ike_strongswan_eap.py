@@ -157,7 +157,7 @@ def build(ctx, idx, case):
                     cert_file=write(os.path.join(d, "a.pem"), cert_a.pem()),
                     private_key_file=write(os.path.join(d, "a.key"), cert_a.key_pem(), 0o600),
                     cert_chain_file=write(os.path.join(d, "inter.pem"), pki.inter.pem()),
-                    eap_users_file=None if tls else users,
+                    users_file=None if tls else users,
                     ca_dir=os.path.join(d, "ca") if tls else None,
                     ike_proposals=[IKE], esp_proposals=[ESP],
                     rekey_time=6 if not case.get("reason") else None,

@@ -40,7 +40,7 @@ remote_id = "carol@example.com"
 auth = "eap-mschapv2"
 cert_file = "gw.pem"
 private_key_file = "gw.key"
-eap_users_file = "users.toml"
+users_file = "users.toml"
 )" + extra;
 }
 
@@ -90,6 +90,10 @@ TEST_CASE("eap config: a gateway's EAP-MSCHAPv2 peer keeps its certificate and t
 	REQUIRE(ike.users->size() == 2);
 	CHECK(ike.users->at("carol").nt_hash == ike::eap::nt_password_hash("carol's password"));
 	CHECK(ike.users->at("dave").nt_hash == ike::eap::nt_password_hash("dave's password"));
+	CHECK(ike.users->at("carol").addresses.empty());
+	CHECK(ike.users->at("carol").allowed_ips.empty());
+	CHECK(ike.remote_id == "carol@example.com"); // an exact identity: not a template
+	CHECK(ike.remote_pattern.empty());
 	// A changed password makes it another peer for a reload.
 	const Config again = parse_config(gateway(), "test.toml", Role::gateway, f.dir.path());
 	CHECK(same_peer(c.peers[0], again.peers[0]));
@@ -123,18 +127,17 @@ TEST_CASE("eap config: each missing, extra or wrong piece is named") {
 	const Case cases[] = {
 	    {replace(gateway(), "eap-mschapv2", "eap-md5"), Role::gateway,
 	     "auth 'eap-md5' of peer 'carol' is unknown"},
-	    {replace(gateway(), "eap_users_file = \"users.toml\"\n", ""), Role::gateway,
-	     "needs eap_users_file"},
+	    {replace(gateway(), "users_file = \"users.toml\"\n", ""), Role::gateway, "needs users_file"},
 	    {replace(gateway(), "cert_file = \"gw.pem\"\n", ""), Role::gateway, "needs cert_file"},
 	    {gateway("ca_dir = \"ca\"\n"), Role::gateway,
 	     "'ca_dir' of peer 'carol' is not used with auth = 'eap-mschapv2' on a gateway"},
 	    {gateway("psk = \"a-pre-shared-key-long-enough\"\n"), Role::gateway,
 	     "both a pre-shared key and auth = 'eap-mschapv2'"},
 	    {gateway("eap_identity = \"x\"\n"), Role::gateway, "'eap_identity' of peer 'carol' is not used"},
-	    {replace(replace(gateway(), "eap-mschapv2", "eap-tls"), "eap_users_file = \"users.toml\"\n", ""),
+	    {replace(replace(gateway(), "eap-mschapv2", "eap-tls"), "users_file = \"users.toml\"\n", ""),
 	     Role::gateway, "needs ca_dir"},
 	    {replace(gateway(), "eap-mschapv2", "eap-tls"), Role::gateway,
-	     "'eap_users_file' of peer 'carol' is not used with auth = 'eap-tls' on a gateway"},
+	     "'users_file' of peer 'carol' is not used with auth = 'eap-tls' on a gateway"},
 	    {replace(client(), "eap_identity = \"carol\"\n", ""), Role::client, "needs eap_identity"},
 	    {replace(client(), "eap_password_file = \"password\"\n", ""), Role::client,
 	     "needs eap_password or eap_password_file"},
@@ -161,15 +164,17 @@ TEST_CASE("eap config: the users file is private, well-formed and names each use
 		const char* text;
 		const char* says;
 	};
-	for (const Case& c : {Case{"[[user]]\nname = \"carol\"\npassword = \"pw\"\n[[user]]\nname = "
-	                           "\"carol\"\npassword = \"x\"\n",
-	                           "user 'carol' is listed twice"},
-	                      Case{"[[user]]\nname = \"carol\"\n", "user 'carol' needs password"},
-	                      Case{"[[user]]\npassword = \"pw\"\n", "needs name"},
-	                      Case{"[[user]]\nname = \"carol\"\npassword = \"pw\"\nadress = \"10.0.0.1\"\n",
-	                           "unknown key 'adress'"},
-	                      Case{"[users]\n", "unknown key 'users'"}, Case{"", "lists no users"},
-	                      Case{"[[user]\n", "line 1"}}) {
+	for (const Case& c :
+	     {Case{"[[user]]\nname = \"carol\"\npassword = \"pw\"\n[[user]]\nname = "
+	           "\"carol\"\npassword = \"x\"\n",
+	           "user 'carol' is listed twice"},
+	      Case{"[[user]]\nname = \"carol\"\n", "user 'carol' needs password"},
+	      Case{"[[user]]\npassword = \"pw\"\n", "needs name"},
+	      Case{"[[user]]\nname = \"carol\"\npassword = \"pw\"\nadress = \"10.0.0.1\"\n",
+	           "unknown key 'adress'"},
+	      Case{"[[user]]\nname = \"carol\"\npassword = \"\"\n", "user 'carol' needs password"},
+	      Case{"[users]\n", "unknown key 'users'"}, Case{"", "lists no users"},
+	      Case{"[[user]\n", "line 1"}}) {
 		f.dir.write("users.toml", c.text, 0600);
 		const std::string err = error_in(f, gateway(), Role::gateway);
 		INFO(c.says);
