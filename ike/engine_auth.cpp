@@ -192,7 +192,8 @@ void Engine::finish_auth_request(IkeSa& sa, const Header& req, const std::vector
 			for (const IpAddress& d : pol.dns)
 				out.attributes.push_back(address_attribute(d, true));
 		if (!out.attributes.empty()) reply.push_back(out);
-		sa.dns = address_failed ? std::vector<IpAddress>{} : pol.dns;
+		// Status shows what was handed out: none to a client that asked for none.
+		sa.dns = want_dns && !address_failed ? pol.dns : std::vector<IpAddress>{};
 	}
 	const SaPayload* child_sa = find_in<SaPayload>(request);
 	const TsPayload* tsi = find_ts(request, true);

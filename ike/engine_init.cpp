@@ -58,6 +58,27 @@ size_t half_open_cost(uint16_t group) {
 	return Engine::kModpCost;
 }
 
+/**
+ * accept_hint() - what would accept an offer that has nothing in common
+ * with any peer's ike_proposals, for the end of the refusal's log line
+ * @offered: the initiator's SA payload
+ *
+ * IKE_SA_INIT names no peer yet, so this names what holds for any: the
+ * suite of the offer esptun can run and the settings that would accept it.
+ * A weak one (SHA-1, MODP-1024: the defaults of Windows' built-in client)
+ * needs allow_weak = true; the client can usually be set to stronger ones.
+ * Empty when esptun runs nothing offered (3DES only, say).
+ */
+std::string accept_hint(const SaPayload& offered) {
+	const std::optional<IkeSuite> s = implemented_ike_suite(offered);
+	if (!s) return "";
+	const std::string name = ike_suite_name(*s);
+	if (!weak_suite(*s)) return "; to accept it, add " + name + " to the peer's ike_proposals";
+	return "; " + name + " would be accepted from a peer with allow_weak = true and " + name +
+	       " in its ike_proposals (RFC 8247 advises against it), or set the client to stronger "
+	       "proposals (Windows: Set-VpnConnectionIPsecConfiguration)";
+}
+
 /// The groups cheapest first (the measurements above), for steering under
 /// load. MODP-1024 is left out: nobody is steered to a weak group.
 constexpr DhGroup kGroupsByCost[] = {DhGroup::curve25519, DhGroup::ecp256,   DhGroup::modp2048,
@@ -303,7 +324,7 @@ void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const
 			ours += (ours.empty() ? "" : ", ") + ike_suite_name(s);
 		log_limited("IKE_SA_INIT from " + endpoint_text(from) +
 		            ": no IKE proposal in common; it offered " + describe_offer(*sa_p) +
-		            "; we accept " + ours);
+		            "; we accept " + ours + accept_hint(*sa_p));
 		send_plain_notify(via, from, h, notify::no_proposal_chosen, {});
 		return;
 	}

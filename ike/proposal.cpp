@@ -407,6 +407,10 @@ std::vector<IkeSuite> default_ike_proposals() {
 	    {EncrId::aes_cbc, 128, IntegId::hmac_sha256_128, PrfId::hmac_sha256, DhGroup::curve25519},
 	    {EncrId::aes_cbc, 256, IntegId::hmac_sha256_128, PrfId::hmac_sha256, DhGroup::ecp256},
 	    {EncrId::aes_cbc, 128, IntegId::hmac_sha256_128, PrfId::hmac_sha256, DhGroup::modp2048},
+	    // What the built-in clients lead with: Apple's defaults (AES-256,
+	    // SHA2-256, group 14) and Windows after Set-VpnConnectionIPsecConfiguration
+	    // ... -EncryptionMethod AES256 -IntegrityCheckMethod SHA256 -DHGroup Group14.
+	    {EncrId::aes_cbc, 256, IntegId::hmac_sha256_128, PrfId::hmac_sha256, DhGroup::modp2048},
 	};
 }
 
@@ -522,6 +526,42 @@ std::string describe_offer(const SaPayload& offered) {
 		out += (out.empty() ? "" : ", ") + one;
 	}
 	return out.empty() ? "(no proposals)" : out;
+}
+
+bool weak_suite(const IkeSuite& s) noexcept {
+	return weak_integ(s.integ) || weak_prf(s.prf) || weak_dh(s.dh);
+}
+
+std::optional<IkeSuite> implemented_ike_suite(const SaPayload& offered) {
+	std::optional<IkeSuite> weak;
+	for (const Proposal& p : offered.proposals) {
+		if (p.protocol != Protocol::ike) continue;
+		// Per transform type, the first algorithm we implement that is not
+		// weak, else the first weak one: one pass over the transforms.
+		std::optional<PrfId> prf;
+		std::optional<IntegId> integ;
+		std::optional<DhGroup> dh;
+		auto pick = [](auto& slot, auto value, auto is_weak) {
+			if (!slot || (is_weak(*slot) && !is_weak(value))) slot = value;
+		};
+		for (const Transform& t : p.transforms) {
+			if (t.type == TransformType::prf && known_prf(t.id)) pick(prf, PrfId(t.id), weak_prf);
+			if (t.type == TransformType::integ && t.id != 0 && known_integ(t.id))
+				pick(integ, IntegId(t.id), weak_integ);
+			if (t.type == TransformType::dh && known_dh(t.id)) pick(dh, DhGroup(t.id), weak_dh);
+		}
+		if (!prf || !dh) continue;
+		for (const Transform& t : p.transforms) {
+			if (t.type != TransformType::encr || !known_encr(t.id)) continue;
+			IkeSuite s{EncrId(t.id), t.key_bits, IntegId::none, *prf, *dh};
+			if (s.encr == EncrId::aes_gcm_16 ? !no_integ(p) : !integ) continue;
+			if (s.encr != EncrId::aes_gcm_16) s.integ = *integ;
+			if (!valid_suite(s)) continue;
+			if (!weak_suite(s)) return s;
+			if (!weak) weak = s;
+		}
+	}
+	return weak;
 }
 
 } // namespace esptun::ike

@@ -108,4 +108,17 @@ std::optional<DhGroup> rekey_group(std::span<const EspSuite> ours, std::optional
 /// The offered proposals in config spelling, for log lines ("aes128-sha1-modp1024, ...").
 std::string describe_offer(const SaPayload& offered);
 
+/**
+ * implemented_ike_suite() - a suite of @offered that esptun can run, for the
+ * log line that answers an offer with nothing in common: what to configure
+ * to accept it. The first such suite with no weak algorithm, else the first
+ * with one (weak_prf(), weak_integ(), weak_dh(): one a peer may use only
+ * with allow_weak = true); nullopt when the offer has none (3DES only, say).
+ * Linear in the size of the offer (it comes from an unauthenticated peer).
+ */
+std::optional<IkeSuite> implemented_ike_suite(const SaPayload& offered);
+
+/// True when @s has an algorithm that needs the peer's allow_weak = true.
+bool weak_suite(const IkeSuite& s) noexcept;
+
 } // namespace esptun::ike

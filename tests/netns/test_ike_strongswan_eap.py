@@ -53,16 +53,18 @@ import esptun_proc  # noqa: E402
 import netns  # noqa: E402
 import report  # noqa: E402
 import strongswan  # noqa: E402
+import sw_eap  # noqa: E402
 import sw_pair  # noqa: E402
 import test_pki  # noqa: E402
 import transfer as transfer_lib  # noqa: E402
 from esptun_ike import PEER, esptun_ike  # noqa: E402
 from netns import TestError  # noqa: E402
+from sw_eap import log_line, make_pki, sw_dir_for  # noqa: E402
 from test_pki import write  # noqa: E402
 
 A_UL, B_UL, A_IN, B_IN = sw_pair.A_UL, sw_pair.B_UL, sw_pair.A_IN, sw_pair.B_IN
 TIMEOUT = sw_pair.ESTABLISH_TIMEOUT
-USER, USER_ID, PASSWORD = "carol", "carol@esptun.test", "Open sesame, 7 times!"
+USER, USER_ID, PASSWORD = sw_eap.USER, sw_eap.USER_ID, sw_eap.PASSWORD
 ESPTUN_POOL, SW_POOL = "10.77.0.0/24", "10.66.0.0/24"
 XFER_BYTES = 20 * 1000 * 1000
 IKE, ESP = "aes128gcm16-prfsha256-x25519", "aes128gcm16"
@@ -97,38 +99,6 @@ CASES = [
 ]
 
 
-def make_pki(tmp, key):
-    """The PKI: esptun's certificate (a.sw, RSA) and strongSwan's (b.sw,
-    ECDSA P-256), both under one root and intermediate. Returns (pki, a, b,
-    folder)."""
-    pki = test_pki.Pki()
-    a = pki.issue("a.sw", "rsa")
-    b = pki.issue("b.sw", "p256")
-    d = os.path.join(tmp, f"pki{key}")
-    os.makedirs(os.path.join(d, "ca"))
-    write(os.path.join(d, "ca", "root.pem"), pki.root.pem())
-    return pki, a, b, d
-
-
-def sw_dir_for(tmp, key, pki, own=None, user=None, user_pki=None):
-    """strongSwan's swanctl folder: the root (and intermediate) it trusts,
-    its own certificate and key when it has one (b.sw as a gateway, carol's
-    for EAP-TLS as a client, with her CA's intermediate to send)."""
-    sw = os.path.join(tmp, f"sw-b{key}")
-    for sub in ("x509", "x509ca", "ecdsa"):
-        os.makedirs(os.path.join(sw, sub))
-    write(os.path.join(sw, "x509ca", "root.pem"), pki.root.pem())
-    write(os.path.join(sw, "x509ca", "inter.pem"), pki.inter.pem())
-    for name, cert in (("b", own), ("carol", user)):
-        if cert:
-            write(os.path.join(sw, "x509", f"{name}.pem"), cert.pem())
-            write(os.path.join(sw, "ecdsa", f"{name}.key"), cert.key_pem_traditional(), 0o600)
-    if user and user_pki is not pki:
-        write(os.path.join(sw, "x509ca", "user-inter.pem"), user_pki.inter.pem())
-        write(os.path.join(sw, "x509ca", "user-root.pem"), user_pki.root.pem())
-    return sw
-
-
 def build(ctx, idx, case):
     key = f"{idx}"
     a = netns.Netns(netns.unique("ikeeap", f"{key}-a"))
@@ -150,18 +120,10 @@ def build(ctx, idx, case):
     if case["gateway"] == "esptun":
         # esptun-gateway: signs as a.sw, checks carol's password, leases an address.
         tunnel.update(addresses=[f"{A_IN}/32"], local_id="a.sw", address_pool=[ESPTUN_POOL])
-        users = write(os.path.join(d, "users.toml"),
-                      f'[[user]]\nname = "{USER}"\npassword = "{PASSWORD}"\n\n'
-                      '[[user]]\nname = "dave"\npassword = "another one entirely"\n', 0o600)
-        peer = dict(name=PEER, remote_id=USER_ID, auth=method,
-                    cert_file=write(os.path.join(d, "a.pem"), cert_a.pem()),
-                    private_key_file=write(os.path.join(d, "a.key"), cert_a.key_pem(), 0o600),
-                    cert_chain_file=write(os.path.join(d, "inter.pem"), pki.inter.pem()),
-                    users_file=None if tls else users,
-                    ca_dir=os.path.join(d, "ca") if tls else None,
-                    ike_proposals=[IKE], esp_proposals=[ESP],
-                    rekey_time=6 if not case.get("reason") else None,
-                    ike_rekey_time=9 if not case.get("reason") else None)
+        peer = sw_eap.gateway_peer(d, pki, cert_a, USER_ID, method,
+                                   ike_proposals=[IKE], esp_proposals=[ESP],
+                                   rekey_time=6 if not case.get("reason") else None,
+                                   ike_rekey_time=9 if not case.get("reason") else None)
         role = "gateway"
         sw = sw_dir_for(ctx.tmp, key, pki, user=cert_user, user_pki=user_pki)
         cfg = strongswan.pair_config(
@@ -202,12 +164,6 @@ def build(ctx, idx, case):
                                 role=role)
     ctx.logs += [A.ep.log, B.charon.log]
     return A, B, path, role
-
-
-def log_line(path, pattern):
-    rx = re.compile(pattern)
-    with open(path, errors="replace") as f:
-        return next((ln.strip() for ln in f if rx.search(ln)), None)
 
 
 def check_accepts(rep, ctx, path, role, tag):
@@ -306,11 +262,7 @@ def esptun_client_checks(rep, tag, case, A, B, sw_ike, e_ike):
 
 
 def refused(rep, tag, case, A, B):
-    try:
-        line = netns.wait_until(lambda: log_line(A.ep.log, re.escape(case["reason"])),
-                                TIMEOUT, interval=0.1, what="esptun's refusal log line")
-    except TestError:
-        line = None
+    line = sw_eap.wait_log_line(A.ep.log, re.escape(case["reason"]), TIMEOUT)
     rep.check(line is not None, f"[{tag}] esptun logs the refusal ({case['reason']!r}): {line!r}",
               netns.tail(A.ep.log, 20))
     try:
@@ -320,16 +272,7 @@ def refused(rep, tag, case, A, B):
         sw = None
     rep.check(sw is not None, f"[{tag}] strongSwan logs the EAP failure: "
               f"{sw.strip() if sw else None!r}", netns.tail(B.charon.log, 20))
-    try:
-        netns.wait_until(lambda: not [s for s in B.charon.list_sas() if s.state == "ESTABLISHED"],
-                         5, interval=0.2, what="strongSwan to hold no ESTABLISHED IKE_SA")
-        none = True
-    except TestError:
-        none = False
-    rep.check(none, f"[{tag}] strongSwan list-sas: no ESTABLISHED IKE_SA", B.charon.list_sas_text())
-    ike, children, _ = esptun_ike(A.ep.status())
-    rep.check(not children and str(ike.get("state", "")).lower() != "established",
-              f"[{tag}] esptun status: no CHILD_SA, no established IKE SA", json.dumps(ike)[:1000])
+    sw_eap.check_no_sa(rep, tag, A, B)
 
 
 def body(rep, build_dir):

@@ -90,6 +90,30 @@ TEST_CASE("no common IKE proposal is reported with what was offered") {
 	CHECK(p.ha.installed.empty());
 }
 
+TEST_CASE("a refused offer with a weak suite names allow_weak; a strong one, ike_proposals") {
+	std::string err;
+	PeerPolicy pa = policy("b", "192.0.2.7", "b.example");
+	PeerPolicy pb = policy("a", "b.example", "192.0.2.7");
+	// Windows' built-in client as it comes: aes256-sha1-modp1024 (and 3DES).
+	pa.ike_proposals = {*parse_ike_proposal("aes256-sha1-modp1024", err, true)};
+	Pair p(pa, pb);
+	p.a->start(p.now);
+	p.pump();
+	CHECK(p.hb.logged("it offered aes256-sha1-prfsha1-modp1024; we accept "));
+	CHECK(p.hb.logged("; aes256-sha1-prfsha1-modp1024 would be accepted from a peer with "
+	                  "allow_weak = true and aes256-sha1-prfsha1-modp1024 in its ike_proposals"));
+	CHECK(p.hb.logged("Set-VpnConnectionIPsecConfiguration"));
+	CHECK(p.hb.installed.empty());
+
+	pa.ike_proposals = {*parse_ike_proposal("aes256-sha512-modp4096", err)};
+	Pair q(pa, pb);
+	q.a->start(q.now);
+	q.pump();
+	CHECK(q.hb.logged("; to accept it, add aes256-sha512-prfsha512-modp4096 to the peer's "
+	                  "ike_proposals"));
+	CHECK_FALSE(q.hb.logged("allow_weak"));
+}
+
 TEST_CASE("a key share of another group is answered with INVALID_KE_PAYLOAD and retried") {
 	std::string err;
 	PeerPolicy pa = policy("b", "a.example", "b.example");

@@ -161,3 +161,71 @@ TEST_CASE("ESP choice honours ESN offers and the SPI comes from the proposal") {
 	CHECK(both->esn);
 	CHECK(describe_offer(esp_offer(offer, 1, ChildExchange::ike_auth)) == "aes128-sha1-noesn");
 }
+
+namespace {
+
+/// An IKE proposal with the given transforms, as a peer may send it.
+Proposal raw_ike(std::initializer_list<Transform> transforms) {
+	Proposal p;
+	p.number = 1;
+	p.protocol = Protocol::ike;
+	p.transforms = transforms;
+	return p;
+}
+
+constexpr uint16_t k3des = 3; // ENCR_3DES: not implemented here
+
+} // namespace
+
+TEST_CASE("implemented_ike_suite() finds what esptun could run in an offer, strong before weak") {
+	const Transform sha1{TransformType::integ, uint16_t(IntegId::hmac_sha1_96), 0};
+	const Transform prfsha1{TransformType::prf, uint16_t(PrfId::hmac_sha1), 0};
+	const Transform modp1024{TransformType::dh, uint16_t(DhGroup::modp1024), 0};
+	// Windows 10/11 built-in client: aes256-sha1-modp1024, 3des-sha1-modp1024.
+	SaPayload windows;
+	windows.proposals.push_back(
+	    raw_ike({{TransformType::encr, uint16_t(EncrId::aes_cbc), 256}, prfsha1, sha1, modp1024}));
+	windows.proposals.push_back(raw_ike({{TransformType::encr, k3des, 0}, prfsha1, sha1, modp1024}));
+	auto s = implemented_ike_suite(windows);
+	REQUIRE(s);
+	CHECK(ike_suite_name(*s) == "aes256-sha1-prfsha1-modp1024");
+	CHECK(weak_suite(*s));
+
+	// 3DES alone: nothing esptun can run, with or without allow_weak.
+	SaPayload des;
+	des.proposals.push_back(windows.proposals[1]);
+	CHECK_FALSE(implemented_ike_suite(des));
+
+	// A strong suite later in the offer is named before the weak one; within
+	// one proposal the strong choice of each type is taken.
+	SaPayload mixed = windows;
+	mixed.proposals.push_back(raw_ike({{TransformType::encr, uint16_t(EncrId::aes_cbc), 128},
+	                                   prfsha1,
+	                                   {TransformType::prf, uint16_t(PrfId::hmac_sha384), 0},
+	                                   sha1,
+	                                   {TransformType::integ, uint16_t(IntegId::hmac_sha256_128), 0},
+	                                   modp1024,
+	                                   {TransformType::dh, uint16_t(DhGroup::modp4096), 0}}));
+	s = implemented_ike_suite(mixed);
+	REQUIRE(s);
+	CHECK(ike_suite_name(*s) == "aes128-sha256-prfsha384-modp4096");
+	CHECK_FALSE(weak_suite(*s));
+
+	// GCM with an integrity transform, or CBC without one, is no suite.
+	SaPayload odd;
+	odd.proposals.push_back(raw_ike({{TransformType::encr, uint16_t(EncrId::aes_gcm_16), 128},
+	                                 {TransformType::prf, uint16_t(PrfId::hmac_sha256), 0},
+	                                 {TransformType::integ, uint16_t(IntegId::hmac_sha256_128), 0},
+	                                 {TransformType::dh, uint16_t(DhGroup::ecp256), 0}}));
+	odd.proposals.push_back(raw_ike({{TransformType::encr, uint16_t(EncrId::aes_cbc), 128},
+	                                 {TransformType::prf, uint16_t(PrfId::hmac_sha256), 0},
+	                                 {TransformType::dh, uint16_t(DhGroup::ecp256), 0}}));
+	CHECK_FALSE(implemented_ike_suite(odd));
+}
+
+TEST_CASE("the defaults accept what Apple's and hardened Windows' built-in clients lead with") {
+	std::string err;
+	auto apple = parse_ike_proposal("aes256-sha256-modp2048", err);
+	REQUIRE(apple);
+	CHECK(choose_ike(ike_offer(std::span(&*apple, 1)), default_ike_proposals()));
+}
