@@ -55,8 +55,9 @@
 # Not emulated: DNS. charon asks for DNS servers (INTERNAL_IP4_DNS) only
 # through its resolve plugin, which rewrites the host's resolv.conf, so it is
 # never loaded here (strongswan.py's explicit plugin list); the CP request
-# carries the address only, and the gateway's dns setting goes unused
-# (test_ike_dns.py checks DNS with esptun-client). The clients' full-tunnel
+# carries the address only, and the gateway's dns setting goes unused: its
+# status must list no DNS servers for that IKE SA (test_ike_dns.py checks
+# DNS with esptun-client). The clients' full-tunnel
 # traffic selector (0.0.0.0/0) is not used either: charon's route for it in
 # the namespace would carry its own IKE packets; the test asks for the
 # gateway's inner address.
@@ -228,6 +229,9 @@ def check_connected(rep, tag, case, A, B):
     rep.check((e_ike.get("peer_auth"), e_ike.get("eap_identity")) == ("EAP-MSCHAPv2", USER),
               f"[{tag}] esptun status: peer_auth {e_ike.get('peer_auth')!r}, eap_identity "
               f"{e_ike.get('eap_identity')!r}", json.dumps(e_ike)[:1500])
+    # The client asked for an address only: status lists no DNS servers as handed out.
+    rep.check(e_ike.get("dns") == [], f"[{tag}] esptun status: no DNS servers handed out "
+              f"(none asked for): {e_ike.get('dns')!r}")
     vips = e_ike.get("virtual_ips") or []
     in_pool = [v for v in vips if ipaddress.ip_address(v) in ipaddress.ip_network(POOL)]
     rep.check(len(in_pool) == 1 and list(sw_ike.local_vips or []) == in_pool,
