@@ -79,16 +79,18 @@ constexpr std::string_view kPeerKeys[] = {"name",
                                           "users_file",
                                           "eap_identity",
                                           "eap_password",
-                                          "eap_password_file"};
+                                          "eap_password_file",
+                                          "rsa_pss"};
 /// Keys of a statically keyed peer that an IKE peer negotiates instead.
 constexpr std::string_view kStaticOnlyKeys[] = {"cipher", "esn", "out", "in"};
 /// Keys that only mean something with IKE.
 constexpr std::string_view kIkeOnlyKeys[] = {
-    "local_id",         "remote_id",  "ike_proposals",     "esp_proposals",    "initiate",
-    "dpd_interval",     "rekey_time", "ike_rekey_time",    "local_ts",         "rekey_bytes",
-    "rekey_packets",    "allow_weak", "ike_fragment_size", "private_key_file", "cert_chain_file",
-    "ca_dir",           "crl_files",  "users_file",        "eap_identity",     "eap_password",
-    "eap_password_file"};
+    "local_id",          "remote_id",        "ike_proposals",   "esp_proposals",
+    "initiate",          "dpd_interval",     "rekey_time",      "ike_rekey_time",
+    "local_ts",          "rekey_bytes",      "rekey_packets",   "allow_weak",
+    "ike_fragment_size", "private_key_file", "cert_chain_file", "ca_dir",
+    "crl_files",         "users_file",       "eap_identity",    "eap_password",
+    "eap_password_file", "rsa_pss"};
 
 constexpr uint32_t kMinMtu = 576;      // RFC 791: every IPv4 host takes 576-byte datagrams
 constexpr uint32_t kMinMtuIpv6 = 1280; // RFC 8200 section 5

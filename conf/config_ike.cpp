@@ -370,6 +370,8 @@ void Loader::check_template(const toml::table& t, const PeerConfig& peer, const 
  *                  ca_dir for the clients' certificates (EAP-TLS);
  *   a template:    users_file may also be given with cert and EAP-TLS
  *                  (addresses and networks per user);
+ *   rsa_pss:       where we sign AUTH with our certificate (cert, EAP
+ *                  gateway), and only for an RSA key;
  *   EAP, client:   ca_dir for the gateway's certificate; eap_identity and
  *                  eap_password[_file] (MSCHAPv2) or our certificate and
  *                  key for TLS (EAP-TLS).
@@ -412,7 +414,22 @@ void Loader::parse_ike_auth(const toml::table& t, const PeerConfig& peer, IkePee
 		refuse("eap_password", "it is an EAP-MSCHAPv2 client's password");
 		refuse("eap_password_file", "it is an EAP-MSCHAPv2 client's password");
 	}
+	// rsa_pss: how our RSA key signs AUTH, so only where we sign AUTH with
+	// our certificate (an EAP-TLS client's key signs inside TLS instead).
+	const bool sign_auth = ike.auth == IkeAuth::cert || (eap && gateway);
+	if (!sign_auth)
+		refuse("rsa_pss", ike.auth == IkeAuth::psk ? "a pre-shared key signs nothing"
+		                  : ike.auth == IkeAuth::eap_tls
+		                      ? "an EAP-TLS client signs inside TLS, not AUTH"
+		                      : "the client signs no AUTH, the gateway does");
 	if (own_cert) parse_own_cert(t, peer, ike);
+	if (auto v = get_bool(t, "rsa_pss", where); v && sign_auth) {
+		if (v->value && !ike.credentials->key_type().starts_with("RSA"))
+			fail(v->line, "rsa_pss of peer " + q(peer.name) + " needs an RSA key; this key is " +
+			                  ike.credentials->key_type() +
+			                  ", which has no PSS form: remove rsa_pss");
+		ike.rsa_pss = v->value;
+	}
 	if (trust) parse_trust(t, peer, ike);
 	if ((ike.auth == IkeAuth::eap_mschapv2 && gateway) || tmpl) {
 		auto users = get_string(t, "users_file", where);

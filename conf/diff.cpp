@@ -20,7 +20,8 @@ bool same_ike(const IkePeerConfig& a, const IkePeerConfig& b) {
 	       a.ike_rekey_time == b.ike_rekey_time && a.rekey_bytes == b.rekey_bytes &&
 	       a.rekey_packets == b.rekey_packets && a.initiate == b.initiate &&
 	       a.allow_weak == b.allow_weak && a.fragment_size == b.fragment_size && a.auth == b.auth &&
-	       a.eap_identity == b.eap_identity && a.eap_password == b.eap_password &&
+	       a.rsa_pss == b.rsa_pss && a.eap_identity == b.eap_identity &&
+	       a.eap_password == b.eap_password &&
 	       ((!a.users && !b.users) || (a.users && b.users && *a.users == *b.users));
 }
 

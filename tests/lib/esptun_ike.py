@@ -28,7 +28,7 @@ def esptun_ike_config(interface, control_socket, state_dir, peer, local_id="a.sw
     peer: dict with name, allowed_ips, remote_id, ike_proposals, esp_proposals
     and optionally endpoint, psk or psk_file (or cert_file, private_key_file,
     cert_chain_file, ca_dir, crl_files), rekey_time, ike_rekey_time,
-    dpd_interval, ike_fragment_size, initiate, allow_weak."""
+    dpd_interval, ike_fragment_size, initiate, allow_weak, rsa_pss."""
     lines = ["[tunnel]",
              f"interface = {_q(interface)}",
              f"addresses = {_list(addresses)}",
@@ -60,7 +60,7 @@ def esptun_ike_config(interface, control_socket, state_dir, peer, local_id="a.sw
     for key in ("rekey_time", "ike_rekey_time", "dpd_interval", "ike_fragment_size"):
         if peer.get(key) is not None:
             lines.append(f"{key} = {peer[key]}")
-    for key in ("initiate", "allow_weak"):
+    for key in ("initiate", "allow_weak", "rsa_pss"):
         if peer.get(key) is not None:
             lines.append(f"{key} = {'true' if peer[key] else 'false'}")
     return "\n".join(lines) + "\n"

@@ -114,6 +114,9 @@ class Config:
     # charon.fragment_size: the IP datagram size of the IKE fragments (RFC
     # 7383) charon sends. None: strongSwan's default (1280).
     fragment_size: int = None
+    # charon.rsa_pss: sign with RSASSA-PSS where charon signs with an RSA
+    # key (RFC 7427 AUTH). False: strongSwan's default, PKCS#1 v1.5.
+    rsa_pss: bool = False
     # Virtual IP pools handed out by this charon (a road-warrior gateway):
     # {name: {"addrs": "10.66.0.0/24", "dns": "10.66.0.53", ...}}, values a
     # string or a list (any swanctl.conf pools.<name>.<attr>: dns, nbns,
@@ -129,7 +132,7 @@ class Config:
     # swanctl_dir is the Charon's own folder (swanctl --load-all reads the
     # credentials beside its swanctl.conf) holding x509/ (cert: our
     # certificate's file name there), x509ca/ (root and intermediates) and
-    # rsa/ or ecdsa/ (the key). None: PSK as above.
+    # rsa/, ecdsa/ or pkcs8/ (the key; pkcs8/ for Ed25519). None: PSK as above.
     swanctl_dir: str = None
     cert: str = None
     # EAP (RFC 7296 section 2.16), with swanctl_dir: each side's auth
@@ -168,7 +171,8 @@ def strongswan_conf(cfg, vici_socket):
   retransmit_timeout = {cfg.retransmit_timeout}
   retransmit_base = {cfg.retransmit_base}
   retransmit_tries = {cfg.retransmit_tries}
-{f"  fragment_size = {cfg.fragment_size}{chr(10)}" if cfg.fragment_size else ""}  plugins {{
+{f"  fragment_size = {cfg.fragment_size}{chr(10)}" if cfg.fragment_size else ""}\
+{"  rsa_pss = yes" + chr(10) if cfg.rsa_pss else ""}  plugins {{
     vici {{
       socket = unix://{vici_socket}
     }}

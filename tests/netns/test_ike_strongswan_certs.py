@@ -24,6 +24,16 @@
 #     answers AUTHENTICATION_FAILED, which strongSwan logs; no SA, no ping.
 #  4. esptun initiates to a strongSwan whose certificate is from another CA:
 #     esptun logs "unknown CA"; no SA, no ping.
+#  5. esptun initiates with rsa_pss = true (RSA-2048), strongSwan P-256:
+#     strongSwan logs that it verified our AUTH as RSA_EMSA_PSS (SHA2-256,
+#     32-byte salt).
+#  6. strongSwan initiates with charon.rsa_pss = yes (RSA-2048), esptun
+#     P-256: strongSwan logs signing RSA_EMSA_PSS, esptun's status peer_auth
+#     names RSASSA-PSS.
+#  7. strongSwan initiates, Ed25519 on both sides (RFC 8420): each verifies
+#     the other's Ed25519 AUTH (strongSwan logs ED25519 both ways, esptun's
+#     peer_auth names Ed25519).
+#  Cases 5-7 check SA, ping and fragments as case 1 does.
 #
 # usage: test_ike_strongswan_certs.py BUILD_DIR   (root; strongSwan and
 #        python3-cryptography installed)
@@ -68,12 +78,29 @@ CASES = [
     dict(num=4, kind="certs", initiator="esptun", a_key="p256", b_key="p256", other_ca=True,
          title="esptun initiates to a strongSwan whose certificate has another CA: refused",
          reason="unknown CA"),
+    # sw_verified / sw_signed: a regex for the scheme strongSwan's log names
+    # for our AUTH ("authentication of 'a.sw' with X successful") and for its
+    # own; PSS as RSA_EMSA_PSS_<hash>_SALT_<bytes>, so ours is SHA2-256 with a
+    # salt as long as the hash.
+    dict(num=5, kind="certs", initiator="esptun", a_key="rsa", b_key="p256", a_pss=True,
+         title="esptun initiates with rsa_pss = true: strongSwan verifies RSASSA-PSS",
+         peer_auth="ECDSA-P256", sw_verified="RSA_EMSA_PSS_SHA2_256_SALT_32"),
+    dict(num=6, kind="certs", initiator="strongswan", a_key="p256", b_key="rsa", sw_pss=True,
+         title="strongSwan initiates signing RSASSA-PSS (charon.rsa_pss): esptun verifies it",
+         peer_auth="RSA-2048, RSASSA-PSS", sw_signed=r"RSA_EMSA_PSS_SHA2_\d+_SALT_\d+"),
+    dict(num=7, kind="certs", initiator="strongswan", a_key="ed25519", b_key="ed25519",
+         title="strongSwan initiates: Ed25519 both ways (RFC 8420)",
+         peer_auth="Ed25519", sw_verified="ED25519", sw_signed="ED25519"),
 ]
+
+# swanctl's folder for each key kind: Ed25519 keys are PKCS#8 (they have no
+# "traditional" PEM form).
+SW_KEY_DIR = {"rsa": "rsa", "p256": "ecdsa", "p384": "ecdsa", "ed25519": "pkcs8"}
 
 
 def make_files(tmp, key, case):
     """The PKI of a case: esptun's files (dict of config keys) and strongSwan's
-    SWANCTL_DIR (x509/, x509ca/, rsa/ or ecdsa/)."""
+    SWANCTL_DIR (x509/, x509ca/, rsa/, ecdsa/ or pkcs8/)."""
     pki = test_pki.Pki()
     a = pki.issue("a.sw", case["a_key"])
     b_pki = test_pki.Pki("Other Root") if case.get("other_ca") else pki
@@ -91,7 +118,7 @@ def make_files(tmp, key, case):
                                write(os.path.join(d, "inter.crl"), pki.inter.crl_pem([b]))]
     # swanctl reads credentials from beside its swanctl.conf: charon's own folder.
     sw = os.path.join(tmp, f"sw-b{key}")
-    for sub in ("x509", "x509ca", "rsa", "ecdsa"):
+    for sub in ("x509", "x509ca", "rsa", "ecdsa", "pkcs8"):
         os.makedirs(os.path.join(sw, sub))
     write(os.path.join(sw, "x509", "b.pem"), b.pem())
     # strongSwan trusts our root and sends its own intermediate (from x509ca).
@@ -99,8 +126,8 @@ def make_files(tmp, key, case):
     write(os.path.join(sw, "x509ca", "b-inter.pem"), b_pki.inter.pem())
     if case.get("other_ca"):
         write(os.path.join(sw, "x509ca", "b-root.pem"), b_pki.root.pem())
-    write(os.path.join(sw, "rsa" if case["b_key"] == "rsa" else "ecdsa", "b.key"),
-          b.key_pem_traditional(), 0o600)
+    write(os.path.join(sw, SW_KEY_DIR[case["b_key"]], "b.key"),
+          b.key_pem() if case["b_key"] == "ed25519" else b.key_pem_traditional(), 0o600)
     return esptun, sw
 
 
@@ -118,6 +145,8 @@ def build(ctx, idx, case):
                 ike_fragment_size=FRAGMENT_SIZE, **files)
     if case["initiator"] == "esptun":
         peer["endpoint"] = f"{B_UL}:4500"
+    if case.get("a_pss"):
+        peer["rsa_pss"] = True
     text = esptun_ike_config(f"ikc{sfx}", os.path.join(ctx.tmp, f"a{key}.sock"),
                              os.path.join(ctx.tmp, f"state-a{key}"), peer)
     path = esptun_conf.write_private(os.path.join(ctx.tmp, f"a{key}.toml"), text)
@@ -125,7 +154,7 @@ def build(ctx, idx, case):
     cfg = strongswan.pair_config("b", start_action="none", swanctl_dir=sw_dir, cert="b.pem",
                                  ike_proposals="aes128gcm16-prfsha256-x25519",
                                  esp_proposals="aes128gcm16", retransmit_tries=2,
-                                 fragment_size=FRAGMENT_SIZE)
+                                 fragment_size=FRAGMENT_SIZE, rsa_pss=bool(case.get("sw_pss")))
     B.charon = strongswan.Charon(b, sw_dir, cfg, tag="B")
     A.ep = esptun_proc.Endpoint(ctx.build, A.ns, path, os.path.join(ctx.tmp, f"a{key}.log"))
     ctx.logs += [A.ep.log, B.charon.log]
@@ -163,6 +192,7 @@ def run(rep, ctx, idx, case):
         sw_line = B.charon.log_search(r"authentication of 'a\.sw' with .*successful")
         rep.check(sw_line is not None, f"[{tag}] strongSwan verified our signature: "
                   f"{sw_line.strip() if sw_line else None!r}", netns.tail(B.charon.log, 30))
+        check_schemes(rep, tag, case, B)
         chain = B.charon.log_search(r"reached self-signed root ca")
         rep.check(chain is not None, f"[{tag}] strongSwan built our chain to the root "
                   f"(intermediate from our CERT payload)", netns.tail(B.charon.log, 30))
@@ -178,6 +208,20 @@ def run(rep, ctx, idx, case):
         sw_pair.ping(rep, tag, B, A_IN)
     finally:
         sw_pair.stop_both(rep, tag, dict(case, wrong_psk=bool(case.get("reason"))), A, B)
+
+
+def check_schemes(rep, tag, case, B):
+    """The signature schemes strongSwan names in its log: what it verified
+    ours as (case key sw_verified) and what it signed with (sw_signed)."""
+    for key, who in (("sw_verified", r"'a\.sw'"), ("sw_signed", r"'b\.sw' \(myself\)")):
+        if not case.get(key):
+            continue
+        rx = rf"authentication of {who} with {case[key]} successful"
+        line = B.charon.log_search(rx, flags=0)
+        rep.check(line is not None, f"[{tag}] strongSwan's log: /{rx}/: "
+                  f"{line.strip() if line else None!r}",
+                  "\n".join(ln for ln in B.charon.log_text().splitlines()
+                            if "authentication of" in ln))
 
 
 def check_fragments(rep, tag, A, B):

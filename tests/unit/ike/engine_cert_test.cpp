@@ -154,3 +154,26 @@ TEST_CASE("engine cert: a peer with certificates refuses a PSK AUTH") {
 	CHECK(p.hb.installed.empty());
 	CHECK(p.hb.logged("uses AUTH method 2 instead of a signature"));
 }
+
+TEST_CASE("engine cert: rsa_pss signs our AUTH with RSASSA-PSS, as initiator and as responder") {
+	CertSides s(KeyKind::rsa2048, KeyKind::rsa2048);
+	for (bool a_pss : {true, false}) {
+		CAPTURE(a_pss);
+		PeerPolicy pa = s.pa(), pb = s.pb();
+		pa.rsa_pss = a_pss;
+		pb.rsa_pss = !a_pss;
+		Pair p(pa, pb);
+		p.a->start(p.now);
+		p.pump();
+		REQUIRE(p.state(*p.a) == "established");
+		REQUIRE(p.state(*p.b) == "established");
+		const auto sa = p.a->status(p.now), sb = p.b->status(p.now);
+		REQUIRE(sa.size() == 1);
+		REQUIRE(sb.size() == 1);
+		// Each side names the scheme the other signed with.
+		const std::string pss = "RSA-2048, RSASSA-PSS with SHA2-256",
+		                  v15 = "RSA-2048, RSA PKCS#1 v1.5";
+		CHECK(sb[0].peer_auth.find(a_pss ? pss : v15) == 0);
+		CHECK(sa[0].peer_auth.find(a_pss ? v15 : pss) == 0);
+	}
+}

@@ -16,9 +16,10 @@ namespace {
 
 constexpr const char* kPassword = "correct horse battery staple";
 
-/// The gateway "gw.example.com" (B) with a P-256 certificate, and its users.
+/// The gateway "gw.example.com" (B) with a P-256 (or @kind) certificate, and its users.
 struct EapSides {
-	Chain gw{KeyKind::p256};
+	Chain gw;
+	explicit EapSides(KeyKind kind = KeyKind::p256) : gw(kind) {}
 	PeerPolicy client(const char* user = "carol", const char* password = kPassword) const {
 		PeerPolicy p = policy("gw", "carol@example.com", "gw.example.com");
 		p.psk.clear();
@@ -125,5 +126,22 @@ TEST_CASE("engine eap: a PSK initiator at an EAP peer, and an EAP initiator at a
 		p.pump();
 		CHECK(p.state(*p.b) != "established");
 		CHECK(p.hb.logged("asks for EAP (no AUTH payload)"));
+	}
+}
+
+TEST_CASE("engine eap: a gateway with rsa_pss signs its AUTH with RSASSA-PSS") {
+	EapSides s(KeyKind::rsa2048);
+	for (bool pss : {true, false}) {
+		CAPTURE(pss);
+		PeerPolicy gw = s.gateway();
+		gw.rsa_pss = pss;
+		Pair p(s.client(), gw);
+		p.a->start(p.now);
+		p.pump();
+		REQUIRE(p.state(*p.a) == "established");
+		const auto sa = p.a->status(p.now);
+		REQUIRE(sa.size() == 1);
+		CHECK(sa[0].peer_auth.find(pss ? "RSA-2048, RSASSA-PSS with SHA2-256"
+		                               : "RSA-2048, RSA PKCS#1 v1.5") == 0);
 	}
 }
