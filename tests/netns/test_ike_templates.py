@@ -84,9 +84,10 @@ import netns  # noqa: E402
 import ping as ping_lib  # noqa: E402
 import report  # noqa: E402
 import strongswan  # noqa: E402
+import sw_eap  # noqa: E402
 import test_pki  # noqa: E402
 from esptun_ike import established, ike_sas, pool_leases  # noqa: E402
-from esptun_proc import log_line, wait_log_line  # noqa: E402
+from esptun_proc import wait_log_line  # noqa: E402
 from netns import TestError  # noqa: E402
 
 N_EAP, N_CERT = 25, 25
@@ -99,7 +100,6 @@ STATUS_TIMEOUT = 15   # the gateway's status, while it is busy with 50 handshake
 PINGS = 3
 PING_DEADLINE = 10    # s to get PINGS replies (ping -w: it sends until it has them)
 WORKERS = 8           # threads driving namespaces, status reads, stops
-LEGACY = True
 
 GW_UL, GW_IN, POOL = "10.203.0.1", "10.88.0.1", "10.88.0.0/22"
 GW_ID = "gw.example"
@@ -135,8 +135,6 @@ class Client:
     @property
     def instance(self):
         """The gateway's name for this user's instance of its template."""
-        if LEGACY:
-            return self.user
         return f"{EAP_T}/{self.user}" if self.kind == "eap" else f"{CERT_T}/{self.ident}"
 
 
@@ -197,34 +195,11 @@ def gateway_config(ctx):
                   control_socket=os.path.join(ctx.tmp, "g.sock"),
                   state_dir=os.path.join(ctx.tmp, "state-g"))
     own = dict(cert_file=ctx.gw_cert, private_key_file=ctx.gw_key, cert_chain_file=ctx.chain)
-    if LEGACY:
-        return gateway_config_legacy(ctx, tunnel, own)
     users_files(ctx)
     peers = [dict(name=EAP_T, remote_id=f"*@{EAP_DOMAIN}", auth="eap-mschapv2", **own,
                   users_file=ctx.users_file),
              dict(name=CERT_T, remote_id=f"*@{CERT_DOMAIN}", auth="cert", **own,
                   ca_dir=ctx.ca_dir, users_file=ctx.cert_users_file)]
-    return conf.write_private(os.path.join(ctx.tmp, "g.toml"),
-                              conf.render_ike_config(tunnel, peers))
-
-
-def gateway_config_legacy(ctx, tunnel, own):
-    """Today's engine: one [[peer]] per user (exact remote_id), the fixed
-    address and the network as the peer's allowed_ips."""
-    users = [dict(name=name, password=pw) for name, pw in sorted(ctx.passwords.items())]
-    ctx.users_file = test_pki.write(os.path.join(ctx.tmp, "users.toml"),
-                                    conf.render_tables("user", users), 0o600)
-    peers = []
-    extra = [("user50", "eap"), ("user60", "eap"), ("user88", "eap"), ("user70", "eap"),
-             ("user71", "cert")]
-    for user, kind in [(c.user, c.kind) for c in ctx.clients] + extra:
-        allowed = {FIXED_USER: [f"{FIXED_ADDR}/32"], NET_USER: [NET]}.get(user)
-        if kind == "eap":
-            peers.append(dict(name=user, remote_id=f"{user}@{EAP_DOMAIN}", auth="eap-mschapv2",
-                              allowed_ips=allowed, **own, eap_users_file=ctx.users_file))
-        else:
-            peers.append(dict(name=user, remote_id=f"{user}@{CERT_DOMAIN}", auth="cert",
-                              allowed_ips=allowed, **own, ca_dir=ctx.ca_dir))
     return conf.write_private(os.path.join(ctx.tmp, "g.toml"),
                               conf.render_ike_config(tunnel, peers))
 
@@ -306,7 +281,7 @@ def gateway_view(ctx):
     return {s.get("peer"): s for s in established(st)}, st
 
 
-def wait_gateway(ctx, pred, timeout, what):
+def wait_gateway(ctx, pred, timeout):
     """Polls the gateway status until pred(view, status) is true; returns
     (ok, seconds, view, status)."""
     t0 = time.monotonic()
@@ -364,7 +339,7 @@ def bring_up(rep, ctx, tag, clients, want_total):
     names = {c.instance for c in clients}
     ok, secs, view, st = wait_gateway(
         ctx, lambda v, s: names <= set(v) and len(v) >= want_total
-        or any(not c.ep.alive() for c in clients), ALL_UP_TIMEOUT, "all up")
+        or any(not c.ep.alive() for c in clients), ALL_UP_TIMEOUT)
     dead = [c.user for c in clients if not c.ep.alive()]
     missing = sorted(names - set(view))
     rep.check(not missing and not dead,
@@ -450,6 +425,12 @@ def case_all_up(rep, ctx, tag):
              if c.vip not in (view.get(c.instance, {}).get("virtual_ips") or [])]
     rep.check(not wrong, f"[{tag}] gateway status: each instance's virtual_ips holds its "
               "client's tun address", "\n".join(wrong[:10]))
+    who = [f"{c.instance}: eap_identity {view[c.instance].get('eap_identity')!r}, peer_subject "
+           f"{view[c.instance].get('peer_subject')!r}" for c in ctx.clients if c.instance in view
+           and (view[c.instance].get("eap_identity") != c.user if c.kind == "eap"
+                else c.ident not in str(view[c.instance].get("peer_subject")))]
+    rep.check(not who, f"[{tag}] gateway status: each EAP instance's eap_identity is its user, "
+              "each certificate instance's peer_subject names its IDi", "\n".join(who[:10]))
     childless = [n for n, sa in view.items() if n in names and not sa.get("children")]
     rep.check(not childless, f"[{tag}] gateway status: each instance has a CHILD_SA",
               str(childless[:10]))
@@ -482,11 +463,11 @@ def case_stop_start(rep, ctx, tag):
     exited = time.monotonic() - t0
 
     def names(st):
-        return {s.get("peer") for s in ike_sas(st)} | (set() if LEGACY else {
-            p.get("name") for p in st.get("peers", []) if isinstance(p, dict)})
+        return {s.get("peer") for s in ike_sas(st)} | {
+            p.get("name") for p in st.get("peers", []) if isinstance(p, dict)}
     ok, secs, view, st = wait_gateway(
         ctx, lambda v, st: not (gone & names(st)) and pool_leases(st)[0] == leased0 - len(stopped),
-        DELETE_TIMEOUT, "instances gone")
+        DELETE_TIMEOUT)
     left = sorted(gone & names(st))
     rep.check(not left, f"[{tag}] gateway: the {len(stopped)} instances gone from ike.sas[] and "
               f"peers[] {secs:.1f} s after the clients exited ({exited + secs:.1f} s after the "
@@ -537,8 +518,8 @@ def case_refusals(rep, ctx, tag):
               and str(s.get("state")).lower() == "established"]
     rep.check(not theirs, f"[{tag}] gateway status: no established IKE SA from the {len(uls)} "
               "refused clients", short(theirs))
-    names = {s.get("peer") for s in ike_sas(st)} | (set() if LEGACY else {
-        p.get("name") for p in st.get("peers", []) if isinstance(p, dict)})
+    names = {s.get("peer") for s in ike_sas(st)} | {
+        p.get("name") for p in st.get("peers", []) if isinstance(p, dict)}
     idents = {c.ident for c in ctx.refused} | {c.user for c in ctx.refused}
     leaked = sorted(n for n in names if isinstance(n, str) and n.split("/")[-1] in idents)
     rep.check(not leaked, f"[{tag}] gateway status: no instance for a refused identity",
@@ -562,11 +543,7 @@ def case_refusals(rep, ctx, tag):
 
 
 def case_strongswan(rep, ctx, tag):
-    sw_dir = os.path.join(ctx.tmp, "sw")
-    for sub in ("x509", "x509ca", "ecdsa"):
-        os.makedirs(os.path.join(sw_dir, sub))
-    test_pki.write(os.path.join(sw_dir, "x509ca", "root.pem"), ctx.pki.root.pem())
-    test_pki.write(os.path.join(sw_dir, "x509ca", "inter.pem"), ctx.pki.inter.pem())
+    sw_dir = sw_eap.sw_dir_for(ctx.tmp, "tmpl", ctx.pki)  # trusts our root and intermediate
     ident = ctx.sw.ident
     cfg = strongswan.Config(
         local_addr=ctx.sw.ul, remote_addr=GW_UL, local_ts="dynamic", remote_ts=f"{GW_IN}/32",
@@ -587,7 +564,7 @@ def case_strongswan(rep, ctx, tag):
             return
         vips = list(sw_ike.local_vips or [])
         view, _ = gateway_view(ctx)
-        sa = view.get(SW_USER if LEGACY else f"{EAP_T}/{SW_USER}") or {}
+        sa = view.get(f"{EAP_T}/{SW_USER}") or {}
         rep.check(len(vips) == 1 and in_pool(vips[0]) and sa.get("virtual_ips") == vips,
                   f"[{tag}] strongSwan got {vips} from the pool; the gateway's instance "
                   f"{EAP_T}/{SW_USER} has {sa.get('virtual_ips')}",
