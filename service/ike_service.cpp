@@ -80,12 +80,14 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 		pol.credentials = p.ike->credentials;
 		pol.trust = p.ike->trust;
 		pol.rsa_pss = p.ike->rsa_pss;
+		// users_file: EAP-MSCHAPv2's passwords, and for a template of any
+		// auth its users' fixed addresses and networks (instantiate()).
+		pol.users = p.ike->users;
 		if (p.ike->auth == conf::IkeAuth::eap_mschapv2 || p.ike->auth == conf::IkeAuth::eap_tls) {
 			pol.eap_role =
 			    config.role == conf::Role::gateway ? ike::EapRole::server : ike::EapRole::client;
 			pol.eap_method = p.ike->auth == conf::IkeAuth::eap_tls ? ike::eap::type::tls
 			                                                       : ike::eap::type::mschapv2;
-			pol.users = p.ike->users;
 			pol.eap_identity = p.ike->eap_identity;
 			pol.eap_password = p.ike->eap_password;
 		}

@@ -169,10 +169,18 @@ def render_ike_config(tunnel, peers):
     left out (e.g. a client's addresses, a responder-only peer's endpoint)."""
     lines = ["[tunnel]"] + [f"{k} = {_toml_value(v)}" for k, v in tunnel.items()
                             if v is not None]
-    for p in peers:
-        lines += ["", "[[peer]]"] + [f"{k} = {_toml_value(v)}" for k, v in p.items()
-                                     if v is not None]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + render_tables("peer", peers)
+
+
+def render_tables(name, rows):
+    """render_tables() - TOML [[name]] tables from a list of dicts, as
+    render_ike_config() writes peers (e.g. the [[user]] tables of a users
+    file); a key whose value is None is left out."""
+    lines = []
+    for row in rows:
+        lines += ["", f"[[{name}]]"] + [f"{k} = {_toml_value(v)}" for k, v in row.items()
+                                        if v is not None]
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def write_private(path, text):

@@ -1,7 +1,8 @@
-# esptun_ike.py - esptun's side of the IKEv2 tests against strongSwan: the
-# TOML of an esptun-gateway with one IKE peer, and its status JSON read
-# defensively (the IKE SAs of peer "sw", their children and SPIs, counters).
-"""esptun's IKE config and status, as the strongSwan tests use them."""
+# esptun_ike.py - esptun's side of the IKEv2 tests: the TOML of an
+# esptun-gateway with one IKE peer (against strongSwan), and its status JSON
+# read defensively (ike.sas[], the established ones, the address pool's
+# leases; the IKE SAs of peer "sw", their children and SPIs, counters).
+"""esptun's IKE config and status, as the IKE tests use them."""
 
 import esptun_proc
 import strongswan
@@ -81,6 +82,33 @@ def spi_value(v):
         except ValueError:
             return None
     return None
+
+
+def ike_sas(status):
+    """ike_sas() - the IKE SAs of a status JSON: ike.sas[] (the designed place),
+    else a top-level ike_sas[]; always a list of dicts."""
+    ike = status.get("ike")
+    lst = ike.get("sas") if isinstance(ike, dict) else None
+    if not isinstance(lst, list):
+        lst = status.get("ike_sas")
+    return [s for s in lst if isinstance(s, dict)] if isinstance(lst, list) else []
+
+
+def established(status, peer=None):
+    """established() - the established IKE SAs of a status JSON (of peer only, when given)."""
+    return [s for s in ike_sas(status) if str(s.get("state", "")).lower() == "established"
+            and (peer is None or s.get("peer") == peer)]
+
+
+def pool_leases(status):
+    """pool_leases() - (leased, usable) summed over the status's
+    ike.address_pool[]; (None, None) when it has none."""
+    pools = status.get("ike", {}).get("address_pool") if isinstance(status.get("ike"), dict) \
+        else None
+    if not isinstance(pools, list):
+        return None, None
+    return (sum(p.get("leased", 0) for p in pools if isinstance(p, dict)),
+            sum(p.get("usable", 0) for p in pools if isinstance(p, dict)))
 
 
 def esptun_ike(status):

@@ -5,7 +5,9 @@
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import time
 
@@ -32,11 +34,17 @@ class Endpoint:
 
     def start(self, ready_timeout=10):
         """start() - launch in the foreground (stderr to the log) and wait for status."""
+        self.launch()
+        self.wait_ready(ready_timeout)
+        return self
+
+    def launch(self):
+        """launch() - start() without the wait: many endpoints started at
+        once are launched first and then wait_ready() in turn."""
         self._logf = open(self.log, "ab")
         prefix = ("env", *(f"{k}={v}" for k, v in self.env.items())) if self.env else ()
         self.proc = self.ns.spawn(*prefix, self.binary, self.verb, "-c", self.config, *self.args,
                                   stdout=self._logf, stderr=self._logf)
-        self.wait_ready(ready_timeout)
         return self
 
     def wait_ready(self, timeout):
@@ -63,13 +71,14 @@ class Endpoint:
         except TestError:
             return {}
 
-    def status(self):
-        """status() - the parsed status JSON; TestError when it does not answer."""
+    def status(self, timeout=5):
+        """status() - the parsed status JSON; TestError when it does not answer
+        within timeout seconds."""
         try:
             p = subprocess.run(self.ns.cmd(self.binary, "status", "-c", self.config),
-                               capture_output=True, text=True, timeout=5)
+                               capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise TestError("status timed out after 5s")
+            raise TestError(f"status timed out after {timeout}s")
         if p.returncode != 0:
             raise TestError(f"status exit {p.returncode}: {p.stderr.strip()[:300]}")
         try:
@@ -87,6 +96,58 @@ class Endpoint:
         rc = netns.stop_process(self.proc, timeout=timeout, sig=sig)
         self._logf.close()
         return rc
+
+
+def query_socket(path, request="status", timeout=5):
+    """query_socket() - the status JSON straight from an endpoint's control
+    socket (one request line, the answer up to EOF, as `status` does), without
+    running a process: for tests that poll many endpoints. TestError when it
+    does not answer or the answer is not JSON."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(path)
+            s.sendall(request.encode() + b"\n")
+            chunks = []
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                chunks.append(b)
+    except OSError as e:
+        raise TestError(f"control socket {path}: {e}")
+    try:
+        return json.loads(b"".join(chunks))
+    except ValueError as e:
+        raise TestError(f"control socket {path} answered invalid JSON ({e})")
+
+
+def read_log(path):
+    """read_log() - a log file's text ("" when it cannot be read)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def log_line(path, *patterns):
+    """log_line() - the first line of the log at path that matches every
+    regex (case-insensitive), stripped; None when there is none."""
+    rxs = [re.compile(p, re.IGNORECASE) for p in patterns]
+    for line in read_log(path).splitlines():
+        if all(rx.search(line) for rx in rxs):
+            return line.strip()
+    return None
+
+
+def wait_log_line(path, timeout, *patterns):
+    """wait_log_line() - log_line(), waiting up to timeout seconds for it to appear."""
+    try:
+        return netns.wait_until(lambda: log_line(path, *patterns), timeout, interval=0.1,
+                                what="log line")
+    except TestError:
+        return None
 
 
 def run_check(build, config, prog="esptun-gateway", timeout=10):

@@ -6,17 +6,23 @@
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
 
 CLONE_NEWNET = 0x40000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+SIOCGIFADDR, SIOCGIFNETMASK = 0x8915, 0x891b
+IFREQ_FLAGS = "16sH22x"  # struct ifreq: the name, then ifr_flags
+IFREQ_ADDR = "16sHH4s16x"  # the name, then a sockaddr_in: family, port, address
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -133,12 +139,13 @@ class Netns:
     def __init__(self, name):
         self.name = name
         self.procs = []
+        self.deleted = False
         self.etc = f"/etc/netns/{name}"
         self.resolvconf_state = f"/run/esptun-tests/resolvconf-{name}"
         run(["ip", "netns", "add", name])
         on_cleanup(self.delete)
         self._isolate_resolver()
-        self.ip("link", "set", "lo", "up")
+        self.set_up("lo")
         # Quiet IPv6 on devices created later (the tun): no router
         # solicitations, no DAD, so the tunnel only carries test traffic.
         self.sysctl({"net.ipv6.conf.default.router_solicitations": 0,
@@ -173,9 +180,63 @@ class Netns:
     def ip(self, *args, check=True):
         return run(["ip", "-n", self.name, *args], check=check)
 
+    def ip_batch(self, lines):
+        """ip_batch() - `ip` commands (without the leading "ip") in this
+        namespace, one process for all (`ip -batch`): for many at once."""
+        return run(["ip", "-n", self.name, "-batch", "-"], input="\n".join(lines) + "\n")
+
     def sysctl(self, values):
-        for k, v in values.items():
-            self.run("sysctl", "-q", "-w", f"{k}={v}")
+        """sysctl() - set {name: value} inside the namespace: written to
+        /proc/sys from this thread switched into it (its net.* files are the
+        namespace's), no process. Raises OSError naming a file it cannot write."""
+        with self.entered():
+            for k, v in values.items():
+                with open("/proc/sys/" + k.replace(".", "/"), "w") as f:
+                    f.write(f"{v}\n")
+
+    def set_up(self, dev):
+        """set_up() - `ip link set DEV up` without a process (SIOCSIFFLAGS on a
+        socket of this namespace)."""
+        s = self.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with s:
+            name = dev.encode()
+            got = fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack(IFREQ_FLAGS, name, 0))
+            flags = struct.unpack(IFREQ_FLAGS, got)[1]
+            fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack(IFREQ_FLAGS, name, flags | IFF_UP))
+
+    def ipv4_of(self, dev):
+        """ipv4_of() - (address, prefixlen) of dev's primary IPv4 address, or
+        None when dev has none or does not exist; read with ioctls on a socket
+        of the namespace, no process (inet_addrs() lists them all)."""
+        s = self.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with s:
+            out = []
+            for req in (SIOCGIFADDR, SIOCGIFNETMASK):
+                try:
+                    r = fcntl.ioctl(s, req, struct.pack(IFREQ_ADDR, dev.encode(), 0, 0, b""))
+                except OSError:  # ENODEV: no such device; EADDRNOTAVAIL: no address
+                    return None
+                out.append(struct.unpack(IFREQ_ADDR, r)[3])
+        return socket.inet_ntoa(out[0]), bin(int.from_bytes(out[1], "big")).count("1")
+
+    def pids(self):
+        """pids() - the processes in this namespace (`ip netns pids`, without
+        running it: /proc/PID/ns/net is the same nsfs inode as /run/netns/NAME)."""
+        try:
+            want = os.stat(f"/run/netns/{self.name}")
+        except OSError:
+            return []
+        out = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                st = os.stat(f"/proc/{pid}/ns/net")
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
+                out.append(int(pid))
+        return out
 
     def spawn(self, *args, stdout=None, stderr=None, stdin=subprocess.DEVNULL, text=False):
         """spawn() - start args in this namespace; killed at clean-up if still running."""
@@ -234,13 +295,16 @@ class Netns:
                 for a in link.get("addr_info", []) if a.get("family") == "inet"]
 
     def delete(self):
+        """delete() - stop its processes, delete it; once (clean-up may call it again)."""
+        if self.deleted:
+            return
+        self.deleted = True
         for p in self.procs:
             stop_process(p, timeout=3)
         # Stragglers started by our children (still ours: the name is unique).
-        pids = run(["ip", "netns", "pids", self.name], check=False).stdout.split()
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), signal.SIGKILL)
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         run(["ip", "netns", "del", self.name], check=False)
         shutil.rmtree(self.etc, ignore_errors=True)
         shutil.rmtree(self.resolvconf_state, ignore_errors=True)

@@ -85,6 +85,8 @@ import netns  # noqa: E402
 import ping as ping_lib  # noqa: E402
 import report  # noqa: E402
 import transfer as transfer_lib  # noqa: E402
+from esptun_ike import established, ike_sas, pool_leases  # noqa: E402
+from esptun_proc import log_line, wait_log_line  # noqa: E402
 from netns import TestError  # noqa: E402
 
 XFER_BYTES = 20 * 1000 * 1000
@@ -294,21 +296,6 @@ def refused(prog, path, log, e, idx):
 # ---------------------------------------------------------------------------
 # Status JSON and interface state, read defensively.
 
-def ike_sas(status):
-    """ike_sas() - the IKE SAs of a status JSON: ike.sas[] (the designed place),
-    else a top-level ike_sas[]; always a list of dicts."""
-    ike = status.get("ike")
-    lst = ike.get("sas") if isinstance(ike, dict) else None
-    if not isinstance(lst, list):
-        lst = status.get("ike_sas")
-    return [s for s in lst if isinstance(s, dict)] if isinstance(lst, list) else []
-
-
-def established(status, peer=None):
-    return [s for s in ike_sas(status) if str(s.get("state", "")).lower() == "established"
-            and (peer is None or s.get("peer") == peer)]
-
-
 def ike_counter(status, name):
     c = status.get("ike", {}).get("counters", {}) if isinstance(status.get("ike"), dict) else {}
     v = c.get(name)
@@ -331,31 +318,6 @@ def paths_of(obj, want, path=""):
 
 def routes_text(ns):
     return ns.ip("-4", "route", "show").stdout + ns.ip("-6", "route", "show").stdout
-
-
-def read_log(path):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def log_line(path, *patterns):
-    """log_line() - the first log line matching every regex (case-insensitive)."""
-    rxs = [re.compile(p, re.IGNORECASE) for p in patterns]
-    for line in read_log(path).splitlines():
-        if all(rx.search(line) for rx in rxs):
-            return line.strip()
-    return None
-
-
-def wait_log_line(path, timeout, *patterns):
-    try:
-        return netns.wait_until(lambda: log_line(path, *patterns), timeout, interval=0.1,
-                                what="log line")
-    except TestError:
-        return None
 
 
 def short(obj, n=1500):
@@ -672,15 +634,6 @@ def case_stop(rep, ctx, idx, tag):
     rep.check([s.get("peer") for s in established(st)] == ["bob"],
               f"[{tag}] gateway: bob's IKE SA still established", short(st.get("ike")))
     ping(rep, tag, b, H_ADDR)
-
-
-def pool_leases(st):
-    """(leased, usable) summed over the gateway status's ike.address_pool[]."""
-    pools = st.get("ike", {}).get("address_pool") if isinstance(st.get("ike"), dict) else None
-    if not isinstance(pools, list):
-        return None, None
-    return (sum(p.get("leased", 0) for p in pools if isinstance(p, dict)),
-            sum(p.get("usable", 0) for p in pools if isinstance(p, dict)))
 
 
 def case_pool(rep, ctx, idx, tag):
