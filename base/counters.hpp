@@ -60,6 +60,7 @@ enum class Drop : uint8_t {
 	too_big,         ///< inner packet larger than a buffer can encapsulate
 	tun_write_error, ///< write() to the tun device failed
 	udp_send_error,  ///< sending on the underlay socket failed
+	ce_not_ect,      ///< outer header CE-marked, inner packet not ECN-capable (RFC 6040: drop)
 	count_,
 };
 inline constexpr size_t kDropReasons = static_cast<size_t>(Drop::count_);
@@ -76,9 +77,9 @@ inline constexpr size_t kIgnoreKinds = static_cast<size_t>(Ignore::count_);
 /// drop_name() - the status JSON's name for @d (the enum's spelling).
 constexpr std::string_view drop_name(Drop d) noexcept {
 	constexpr std::array<std::string_view, kDropReasons> names{
-	    "malformed",     "unknown_spi",   "auth_failed", "replay",          "policy",
-	    "dest_policy",   "padding",       "no_route",    "no_endpoint",     "no_sa",
-	    "seq_exhausted", "seq_not_saved", "too_big",     "tun_write_error", "udp_send_error"};
+	    "malformed", "unknown_spi",     "auth_failed",    "replay",    "policy",        "dest_policy",
+	    "padding",   "no_route",        "no_endpoint",    "no_sa",     "seq_exhausted", "seq_not_saved",
+	    "too_big",   "tun_write_error", "udp_send_error", "ce_not_ect"};
 	return names[static_cast<size_t>(d)];
 }
 // A reason added to the enum without a name would print as "" in the status.

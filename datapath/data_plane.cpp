@@ -185,7 +185,7 @@ void DataPlane::outbound_batch() noexcept {
 			if (res.peer) res.peer->drops[size_t(res.drop)].add();
 			continue;
 		}
-		send_slots_[n++] = {res.datagram, res.to};
+		send_slots_[n++] = {res.datagram, res.to, res.ecn};
 	}
 	if (n) send_all(n);
 	tun_.read_done();
@@ -239,8 +239,8 @@ void DataPlane::inbound_batch() noexcept {
 		for (size_t off = 0; off < slot.len || off == 0; off += step) {
 			stats_.udp_rx_packets.add();
 			const size_t len = std::min(step, slot.len - off);
-			tunnel::InboundResult res = tunnel::decapsulate(table_, slot.buf.subspan(off, len),
-			                                                slot.from, now, worker_, &routes_);
+			tunnel::InboundResult res = tunnel::decapsulate(
+			    table_, slot.buf.subspan(off, len), slot.from, now, worker_, &routes_, slot.ecn);
 			if (res.verdict == tunnel::Verdict::drop) {
 				stats_.drop(res.drop);
 				if (res.peer) res.peer->drops[size_t(res.drop)].add();

@@ -17,13 +17,14 @@ size_t SendRound::build(std::span<const SendSlot> slots, int af, bool gso) noexc
 		const SendSlot& first = slots[n];
 		const socklen_t len = to_sockaddr(first.to, af, addrs[m]);
 		if (len == 0) break; // unreachable family: send those before it
-		// A train: same destination, every datagram but the last as long as
-		// the first, within the kernel's limits.
+		// A train: same destination and ECN field, every datagram but the
+		// last as long as the first, within the kernel's limits.
 		size_t k = 1, bytes = first.data.size();
 		if (gso)
 			while (n + k < want && k < UdpSocket::kMaxGsoSegments &&
 			       slots[n + k - 1].data.size() == first.data.size() &&
 			       slots[n + k].data.size() <= first.data.size() && slots[n + k].to == first.to &&
+			       slots[n + k].ecn == first.ecn &&
 			       bytes + slots[n + k].data.size() <= UdpSocket::kMaxGsoBytes)
 				bytes += slots[n + k++].data.size();
 		for (size_t i = 0; i < k; i++)
@@ -36,15 +37,34 @@ size_t SendRound::build(std::span<const SendSlot> slots, int af, bool gso) noexc
 		h.msg_namelen = len;
 		h.msg_iov = &iov[n];
 		h.msg_iovlen = k;
-		if (k > 1) {
+		if (k > 1 || first.ecn != 0) {
+			// Control messages one after the other; msg_controllen ends up
+			// covering those written (CMSG_FIRSTHDR needs the full size first).
 			h.msg_control = ctrl[m].bytes;
 			h.msg_controllen = sizeof ctrl[m].bytes;
+			size_t used = 0;
 			cmsghdr* c = CMSG_FIRSTHDR(&h);
-			c->cmsg_level = SOL_UDP;
-			c->cmsg_type = UDP_SEGMENT;
-			c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-			const auto seg = static_cast<uint16_t>(first.data.size());
-			std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+			if (k > 1) {
+				c->cmsg_level = SOL_UDP;
+				c->cmsg_type = UDP_SEGMENT;
+				c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+				const auto seg = static_cast<uint16_t>(first.data.size());
+				std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+				used += CMSG_SPACE(sizeof seg);
+				c = reinterpret_cast<cmsghdr*>(ctrl[m].bytes + used);
+			}
+			if (first.ecn != 0) {
+				// The outer ECN field; the socket's DSCP (0) is kept. An
+				// IPv4 destination on a dual-stack socket takes IP_TOS.
+				const bool v4 = first.to.addr.family == Family::v4;
+				c->cmsg_level = v4 ? IPPROTO_IP : IPPROTO_IPV6;
+				c->cmsg_type = v4 ? IP_TOS : IPV6_TCLASS;
+				c->cmsg_len = CMSG_LEN(sizeof(int));
+				const int tos = first.ecn & 3;
+				std::memcpy(CMSG_DATA(c), &tos, sizeof tos);
+				used += CMSG_SPACE(sizeof tos);
+			}
+			h.msg_controllen = used;
 		}
 		per_msg[m++] = static_cast<uint16_t>(k);
 		n += k;
@@ -97,12 +117,7 @@ BatchResult MmsgEngine::recv_batch(std::span<RecvSlot> slots) noexcept {
 	std::array<mmsghdr, kMaxBatch> msgs;
 	std::array<iovec, kMaxBatch> iov;
 	std::array<sockaddr_storage, kMaxBatch> addrs;
-	// UDP_GRO: the segment size of a coalesced train comes as a control message.
-	struct alignas(cmsghdr) GroControl {
-		uint8_t bytes[CMSG_SPACE(sizeof(int))];
-	};
-	std::array<GroControl, kMaxBatch> ctrl;
-	const bool gro = socket().gro_on();
+	std::array<RecvControl, kMaxBatch> ctrl;
 	for (size_t i = 0; i < n; i++) {
 		iov[i] = {slots[i].buf.data(), slots[i].buf.size()};
 		msgs[i] = {};
@@ -110,10 +125,8 @@ BatchResult MmsgEngine::recv_batch(std::span<RecvSlot> slots) noexcept {
 		msgs[i].msg_hdr.msg_namelen = sizeof addrs[i];
 		msgs[i].msg_hdr.msg_iov = &iov[i];
 		msgs[i].msg_hdr.msg_iovlen = 1;
-		if (gro) {
-			msgs[i].msg_hdr.msg_control = ctrl[i].bytes;
-			msgs[i].msg_hdr.msg_controllen = sizeof ctrl[i].bytes;
-		}
+		msgs[i].msg_hdr.msg_control = ctrl[i].bytes;
+		msgs[i].msg_hdr.msg_controllen = sizeof ctrl[i].bytes;
 	}
 	int r;
 	do {
@@ -129,16 +142,27 @@ BatchResult MmsgEngine::recv_batch(std::span<RecvSlot> slots) noexcept {
 		s.truncated = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
 		s.from = from_sockaddr(addrs[i], msgs[i].msg_hdr.msg_namelen).value_or(Endpoint{});
 		s.segment = 0;
-		if (!gro) continue;
+		s.ecn = 0;
 		for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c; c = CMSG_NXTHDR(&msgs[i].msg_hdr, c))
-			if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
-			    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-				int size = 0;
-				std::memcpy(&size, CMSG_DATA(c), sizeof size);
-				if (size > 0 && size_t(size) < s.len) s.segment = uint16_t(size);
-			}
+			read_recv_cmsg(*c, s);
 	}
 	return {static_cast<size_t>(r), 0};
+}
+
+void read_recv_cmsg(const cmsghdr& c, RecvSlot& s) noexcept {
+	const uint8_t* data = CMSG_DATA(&c);
+	if (c.cmsg_level == SOL_UDP && c.cmsg_type == UDP_GRO && c.cmsg_len >= CMSG_LEN(sizeof(int))) {
+		int size = 0;
+		std::memcpy(&size, data, sizeof size);
+		if (size > 0 && size_t(size) < s.len) s.segment = uint16_t(size);
+	} else if (c.cmsg_level == IPPROTO_IP && c.cmsg_type == IP_TOS && c.cmsg_len >= CMSG_LEN(1)) {
+		s.ecn = data[0] & 3; // one byte: the TOS
+	} else if (c.cmsg_level == IPPROTO_IPV6 && c.cmsg_type == IPV6_TCLASS &&
+	           c.cmsg_len >= CMSG_LEN(sizeof(int))) {
+		int tclass = 0;
+		std::memcpy(&tclass, data, sizeof tclass);
+		s.ecn = uint8_t(tclass & 3);
+	}
 }
 
 BatchResult MmsgEngine::send_messages(SendRound& round) noexcept {

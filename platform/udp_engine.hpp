@@ -36,20 +36,22 @@ struct EngineCounts {
 /**
  * SendRound - the messages of one send round: up to UdpSocket::kMaxBatch
  * datagrams from the front of a batch, consecutive ones to one destination
- * with equal sizes (the last may be shorter) merged into a UDP GSO train
- * (one message, one iovec per datagram, a UDP_SEGMENT cmsg). Both engines
+ * with equal sizes (the last may be shorter) and ECN fields merged into a
+ * UDP GSO train (one message, one iovec per datagram, a UDP_SEGMENT cmsg).
+ * A message whose ECN field is not Not-ECT carries it in an IP_TOS (IPv4
+ * destination) or IPV6_TCLASS (IPv6) cmsg. Both engines
  * hand these msghdrs to the kernel; it lives on the caller's stack (~16 KiB).
  */
 struct SendRound {
 	static constexpr size_t kMax = UdpSocket::kMaxBatch;
 	struct alignas(cmsghdr) Control {
-		uint8_t bytes[CMSG_SPACE(sizeof(uint16_t))];
+		uint8_t bytes[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))];
 	};
 
 	std::array<mmsghdr, kMax> msgs; ///< msg_hdr for each message (msg_len: sendmmsg's)
 	std::array<iovec, kMax> iov;    ///< one per datagram
 	std::array<sockaddr_storage, kMax> addrs;
-	std::array<Control, kMax> ctrl;     ///< UDP_SEGMENT of each train
+	std::array<Control, kMax> ctrl;     ///< UDP_SEGMENT of each train, the outer ECN field
 	std::array<uint16_t, kMax> per_msg; ///< datagrams in each message
 	size_t messages = 0;
 
@@ -65,6 +67,20 @@ struct SendRound {
 	 */
 	size_t build(std::span<const SendSlot> slots, int af, bool gso) noexcept;
 };
+
+/// Control-message space of one received datagram: UDP_GRO's segment size
+/// and the outer header's TOS (IP_TOS, 1 byte) or traffic class (IPV6_TCLASS, an int).
+struct alignas(cmsghdr) RecvControl {
+	uint8_t bytes[2 * CMSG_SPACE(sizeof(int))];
+};
+
+/**
+ * read_recv_cmsg() - what one control message of a received datagram says
+ * @c: the message
+ * @s: the slot, len already set: gets segment (UDP_GRO) or ecn (IP_TOS,
+ *     IPV6_TCLASS); other messages are ignored
+ */
+void read_recv_cmsg(const cmsghdr& c, RecvSlot& s) noexcept;
 
 /**
  * UdpEngine - batched receive and send on one UdpSocket.

@@ -90,6 +90,15 @@ UdpSocket UdpSocket::bind(const Endpoint& listen, int buffer_bytes, bool reuse_p
 	                  : set_int_option(fd.get(), IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DONT);
 	if (pmtu_err) throw SystemError(pmtu_err, "MTU_DISCOVER=DONT on " + where);
 
+	// Each datagram's outer TOS / traffic class as a control message: its
+	// ECN field goes into the decapsulated packet (tunnel/ecn.hpp). An IPv6
+	// socket needs both: IPv4 peers arrive on it as ::ffff:a.b.c.d.
+	if (int err = set_int_option(fd.get(), IPPROTO_IP, IP_RECVTOS, 1))
+		throw SystemError(err, "IP_RECVTOS on " + where);
+	if (af == AF_INET6)
+		if (int err = set_int_option(fd.get(), IPPROTO_IPV6, IPV6_RECVTCLASS, 1))
+			throw SystemError(err, "IPV6_RECVTCLASS on " + where);
+
 	set_buffer(fd.get(), SO_RCVBUFFORCE, SO_RCVBUF, buffer_bytes, "SO_RCVBUF");
 	set_buffer(fd.get(), SO_SNDBUFFORCE, SO_SNDBUF, buffer_bytes, "SO_SNDBUF");
 

@@ -27,12 +27,17 @@ struct RecvSlot {
 	/// out, UDP GRO (UdpSocket::enable_gro()): buf holds back-to-back datagrams
 	/// of this many bytes, the last one possibly shorter; 0: one datagram
 	uint16_t segment = 0;
+	/// out: the ECN field of the datagram's outer IP header (of every
+	/// datagram of a GRO train: the kernel merges only equal TOS/traffic class)
+	uint8_t ecn = 0;
 };
 
 /// One datagram to send.
 struct SendSlot {
 	std::span<const uint8_t> data;
 	Endpoint to;
+	/// the ECN field for the outer IP header (IP_TOS / IPV6_TCLASS); DSCP stays 0
+	uint8_t ecn = 0;
 };
 
 /// Socket buffer sizes as the kernel reports them (it doubles what was asked).

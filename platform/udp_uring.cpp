@@ -147,7 +147,7 @@ struct UringEngine::Rings {
 	bool send_up = false, recv_up = false;
 
 	// multishot only
-	msghdr ms{};                     ///< the request's template: name space, no control
+	msghdr ms{};                     ///< the request's template: name and control space
 	uint8_t* pool = nullptr;         ///< recv_buffers buffers, stride bytes apart
 	size_t buf_bytes = 0;            ///< each one's size as the kernel sees it
 	size_t stride = 0;               ///< buf_bytes rounded up to a cache line
@@ -191,9 +191,12 @@ UringEngine::UringEngine(UdpSocket& sock, const UringOptions& opt)
 	init_ring(r.recv, 4, 2 * nbufs, sock.fd(), "receive");
 	r.recv_up = true;
 
-	// Each buffer: io_uring_recvmsg_out, the sender's address, the payload.
+	// Each buffer: io_uring_recvmsg_out, the sender's address, the control
+	// messages (the outer TOS / traffic class), the payload.
 	r.ms.msg_namelen = sock.family() == Family::v4 ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-	r.buf_bytes = sizeof(io_uring_recvmsg_out) + r.ms.msg_namelen + opt.recv_buf_bytes;
+	r.ms.msg_controllen = sizeof(RecvControl);
+	r.buf_bytes =
+	    sizeof(io_uring_recvmsg_out) + r.ms.msg_namelen + r.ms.msg_controllen + opt.recv_buf_bytes;
 	r.stride = (r.buf_bytes + 63) & ~size_t(63);
 	r.pool = new uint8_t[r.stride * nbufs];
 	r.br_bytes = nbufs * sizeof(io_uring_buf);
@@ -300,6 +303,10 @@ BatchResult UringEngine::recv_multishot(std::span<RecvSlot> slots) noexcept {
 					s.len = len;
 					s.truncated = (out->flags & MSG_TRUNC) != 0 || avail > s.buf.size();
 					s.segment = 0; // no UDP_GRO on this engine
+					s.ecn = 0;
+					for (cmsghdr* c = io_uring_recvmsg_cmsg_firsthdr(out, &r.ms); c;
+					     c = io_uring_recvmsg_cmsg_nexthdr(out, &r.ms, c))
+						read_recv_cmsg(*c, s);
 					sockaddr_storage sa;
 					const socklen_t namelen = std::min(out->namelen, r.ms.msg_namelen);
 					std::memcpy(&sa, io_uring_recvmsg_name(out), namelen);
@@ -333,6 +340,7 @@ BatchResult UringEngine::recv_oneshot(std::span<RecvSlot> slots) noexcept {
 	std::array<msghdr, kMaxBatch> hdr;
 	std::array<iovec, kMaxBatch> iov;
 	std::array<sockaddr_storage, kMaxBatch> addrs;
+	std::array<RecvControl, kMaxBatch> ctrl;
 	std::array<int, kMaxBatch> res;
 	for (size_t i = 0; i < n; i++) {
 		iov[i] = {slots[i].buf.data(), slots[i].buf.size()};
@@ -341,6 +349,8 @@ BatchResult UringEngine::recv_oneshot(std::span<RecvSlot> slots) noexcept {
 		hdr[i].msg_namelen = sizeof addrs[i];
 		hdr[i].msg_iov = &iov[i];
 		hdr[i].msg_iovlen = 1;
+		hdr[i].msg_control = ctrl[i].bytes;
+		hdr[i].msg_controllen = sizeof ctrl[i].bytes;
 		io_uring_sqe* sqe = io_uring_get_sqe(&r.recv);
 		io_uring_prep_recvmsg(sqe, 0, &hdr[i], MSG_DONTWAIT);
 		sqe->flags |= IOSQE_FIXED_FILE | (i + 1 < n ? IOSQE_IO_LINK : 0);
@@ -353,6 +363,9 @@ BatchResult UringEngine::recv_oneshot(std::span<RecvSlot> slots) noexcept {
 		s.len = static_cast<size_t>(res[k]);
 		s.truncated = (hdr[k].msg_flags & MSG_TRUNC) != 0;
 		s.segment = 0;
+		s.ecn = 0;
+		for (cmsghdr* c = CMSG_FIRSTHDR(&hdr[k]); c; c = CMSG_NXTHDR(&hdr[k], c))
+			read_recv_cmsg(*c, s);
 		s.from = from_sockaddr(addrs[k], hdr[k].msg_namelen).value_or(Endpoint{});
 	}
 	const int err = k < n ? -res[k] : 0;

@@ -2,6 +2,7 @@
 #include "tunnel/esp.hpp"
 
 #include "base/bytes.hpp"
+#include "tunnel/ecn.hpp"
 #include "tunnel/esp_wire.hpp"
 
 #include <algorithm>
@@ -135,15 +136,18 @@ OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t 
 
 	// 5. IV, encryption and ICV.
 	// This worker's own transform: OpenSSL contexts are not shared between threads.
+	// The inner header is ciphertext after this: its ECN field goes to the
+	// outer header now (RFC 6040 normal mode, tunnel/ecn.hpp).
+	const uint8_t outer_ecn = ecn::field(inner);
 	sa.transforms[worker < sa.transforms.size() ? worker : 0]->seal(packet, seq);
 	sa.note_sent(seq);
 	sa.packets.add();
 	sa.bytes.add(inner_len);
-	return {Verdict::forward, Drop::malformed, peer, packet, *to};
+	return {Verdict::forward, Drop::malformed, peer, packet, *to, outer_ecn};
 }
 
 InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const Endpoint& src, int64_t now_ms,
-                          size_t worker, RouteCache* routes) noexcept {
+                          size_t worker, RouteCache* routes, uint8_t outer_ecn) noexcept {
 	// 1. Not ESP: NAT keepalive or an IKE packet behind the non-ESP marker
 	// (RFC 3948 sections 2.2, 2.3). A zero SPI is never valid ESP.
 	if (dgram.size() == 1 && dgram[0] == esp::kNatKeepalive) return in_ignore(Ignore::nat_keepalive);
@@ -222,6 +226,9 @@ InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const 
 	IpAddress dest;
 	if (!inner_address(inner, false, dest) || !sa->destination_allowed(dest))
 		return in_drop(Drop::dest_policy, peer);
+	// A congestion mark the underlay put on the outer header (RFC 6040).
+	if (outer_ecn != ecn::kNotEct && !ecn::decapsulate(inner, outer_ecn))
+		return in_drop(Drop::ce_not_ect, peer);
 
 	// 7. Last-packet time and roaming.
 	InboundResult r;

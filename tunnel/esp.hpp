@@ -32,6 +32,7 @@ struct OutboundResult {
 	Peer* peer = nullptr;
 	std::span<uint8_t> datagram; ///< the ESP packet
 	Endpoint to;                 ///< where to send it: the peer's endpoint as read for this packet
+	uint8_t ecn = 0;             ///< the outer header's ECN field: the inner packet's (tunnel/ecn.hpp)
 };
 
 struct InboundResult {
@@ -63,9 +64,12 @@ OutboundResult encapsulate(const SaTable& table, std::span<uint8_t> buf, size_t 
  * @now_ms:  wall-clock milliseconds, for the peer's last-packet time
  * @worker:  whose transforms to use
  * @routes:  the worker's route cache for this pass (the inner source check), or nullptr
+ * @outer_ecn: the ECN field of the datagram's outer IP header, carried into
+ *           the inner packet (tunnel/ecn.hpp); a CE mark on a Not-ECT inner
+ *           packet drops it (Drop::ce_not_ect)
  */
 InboundResult decapsulate(const SaTable& table, std::span<uint8_t> dgram, const Endpoint& src, int64_t now_ms,
-                          size_t worker = 0, RouteCache* routes = nullptr) noexcept;
+                          size_t worker = 0, RouteCache* routes = nullptr, uint8_t outer_ecn = 0) noexcept;
 
 /// Parses the destination (or source) address of an IPv4/IPv6 packet; false if malformed.
 bool inner_address(std::span<const uint8_t> pkt, bool source, IpAddress& out) noexcept;

@@ -36,6 +36,12 @@
 #  f) ESN on: the inbound sequence crosses 2^32 (scapy puts seq_hi 1 under
 #     the ICV); the gateway infers the epoch, delivers, and still accepts a
 #     late packet from the old epoch inside the window.
+#  g) ECN (RFC 6040 normal mode): a packet A sends with DSCP EF and each ECN
+#     field leaves with that ECN field and DSCP 0 in the outer header, the
+#     inner header unchanged; scapy's packets sent with an outer ECN mark
+#     arrive in A combined by RFC 6040's table (CE over ECT -> CE, ECT(1)
+#     over ECT(0) -> ECT(1), nothing over CE changes it), DSCP kept, and a CE
+#     mark over a Not-ECT packet drops it (counted as drops.ce_not_ect).
 """Interop of esptun-gateway with scapy's ESP, all suites."""
 
 import os
@@ -64,6 +70,31 @@ B_PORT = {4: 6001, 6: 6002}
 SIZES = [0, 1, 13, 14, 200, 1000]
 SPI_IN, SPI_OUT = 0x2001, 0x1001  # gateway's in (scapy sends) / out (scapy receives)
 RECV_TIMEOUT = 2.0
+# Socket options by number: not every Python names them all.
+IP_TOS, IP_RECVTOS = 1, 13
+IPV6_RECVTCLASS, IPV6_TCLASS = 66, 67
+ECN_NAME = ["Not-ECT", "ECT(1)", "ECT(0)", "CE"]
+DSCP_EF = 0xb8  # DSCP 46 in the TOS byte: must not leak into the outer header
+# g) inbound: (inner ECN, outer ECN, ECN delivered in A or None: dropped)
+ECN_IN = [(2, 3, 3), (2, 1, 1), (1, 2, 1), (3, 0, 3), (0, 2, 0), (0, 3, None)]
+
+
+def tos_of(ancdata):
+    """The TOS (IP_TOS, one byte) or traffic class (IPV6_TCLASS, an int) in @ancdata, or None."""
+    for level, kind, data in ancdata:
+        if level == socket.IPPROTO_IP and kind == IP_TOS and len(data) >= 1:
+            return data[0]
+        if level == socket.IPPROTO_IPV6 and kind == IPV6_TCLASS and len(data) >= 4:
+            return struct.unpack("i", data[:4])[0]
+    return None
+
+
+def recv_tos(sock):
+    """Let @sock report each datagram's TOS / traffic class."""
+    if sock.family == socket.AF_INET:
+        sock.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+    else:
+        sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVTCLASS, 1)
 
 # (cipher, esn, underlay family, crypto_impl): every suite with ESN on and off
 # over IPv4 (the CBC-HMAC ones with both the stitched one-pass and the
@@ -92,6 +123,8 @@ class Case:
         self.in_valid = 0  # packets the gateway must accept
         self.in_sent = 0  # datagrams sent to the gateway
         self.out_seq = 0  # packets the gateway must have sealed
+        self.ecn_drops = 0  # g) packets the gateway must drop as ce_not_ect
+        self.outer_tos = None  # TOS / traffic class of the last ESP datagram B received
         self.ivs = set()
 
     # -- set-up -------------------------------------------------------------
@@ -174,7 +207,8 @@ class Case:
     def recv_out(self, what):
         s = self.ctx.bsock[self.ulfam]
         try:
-            data, src = s.recvfrom(65535)
+            data, anc, _, src = s.recvmsg(65535, 64)
+            self.outer_tos = tos_of(anc)
         except socket.timeout:
             self.rep.check(False, f"[{self.tag}] {what}: ESP datagram reaches B",
                            f"nothing within {RECV_TIMEOUT}s")
@@ -214,11 +248,14 @@ class Case:
                        f"{len(data)} B from {src[0]}:{src[1]})", "; ".join(problems))
         return o, data
 
-    def outbound_udp(self, fam, size):
+    def outbound_udp(self, fam, size, tos=0):
         payload = os.urandom(size)
         with self.ctx.a.entered():
             s = socket.socket(FAM[fam], socket.SOCK_DGRAM)
         try:
+            if tos:
+                s.setsockopt(*((socket.IPPROTO_IP, IP_TOS) if fam == 4
+                               else (socket.IPPROTO_IPV6, IPV6_TCLASS)), tos)
             s.bind((IN[fam][0], 0))
             sport = s.getsockname()[1]
             s.sendto(payload, (IN[fam][1], B_PORT[fam]))
@@ -239,6 +276,7 @@ class Case:
         self.rep.check(ok, f"[{self.tag}] b) inner packet exactly as sent "
                        f"({IN[fam][0]}:{sport} -> {IN[fam][1]}:{B_PORT[fam]}, {size} B)",
                        inner.summary() if inner is not None else "no inner")
+        self.inner_tos = inner.tos if fam == 4 else inner.tc
         return data
 
     def mtu_sized(self, fam):
@@ -298,6 +336,55 @@ class Case:
                        f"{'off' if self.esn else 'on'} (seq_hi {'missing from' if self.esn else 'added to'}"
                        f" the ICV) is not delivered", f"delivered {got!r}")
 
+    # -- g) ECN ---------------------------------------------------------------
+
+    def ecn_out(self, fam, ecn):
+        tos = DSCP_EF | ecn
+        if self.outbound_udp(fam, 100, tos=tos) is None:
+            return
+        want = ecn  # RFC 6040 4.1: the ECN field is copied, CE included; DSCP is not
+        self.rep.check(self.outer_tos == want and self.inner_tos == tos,
+                       f"[{self.tag}] g) A sends IPv{fam} with TOS 0x{tos:02x} ({ECN_NAME[ecn]}): "
+                       f"outer TOS 0x{want:02x}, inner unchanged",
+                       f"outer {self.outer_tos}, inner {self.inner_tos}")
+
+    def ecn_in(self, fam, inner_ecn, outer_ecn, want):
+        payload = os.urandom(40)
+        sport = random.randint(20000, 30000)
+        tos = DSCP_EF | inner_ecn
+        hdr = (IP(src=IN[4][1], dst=IN[4][0], tos=tos) if fam == 4
+               else IPv6(src=IN[6][1], dst=IN[6][0], tc=tos))
+        self.in_seq += 1
+        data = self.tx.seal(hdr / UDP(sport=sport, dport=LISTEN_PORT[fam]) / Raw(payload),
+                            self.in_seq)
+        # The underlay mark: B's socket sets the outer TOS / traffic class.
+        mark = ((socket.IPPROTO_IP, IP_TOS) if self.ulfam == 4
+                else (socket.IPPROTO_IPV6, IPV6_TCLASS))
+        self.ctx.bsock[self.ulfam].sendmsg([data], [(*mark, struct.pack("i", outer_ecn))], 0,
+                                           (UL[self.ulfam][0], 4500))
+        self.in_sent += 1
+        self.in_highest = max(self.in_highest, self.in_seq)  # the replay window takes drops too
+        lst = self.ctx.listener[fam]
+        lst.settimeout(0.4 if want is None else RECV_TIMEOUT)
+        try:
+            got, anc, _, _ = lst.recvmsg(65535, 64)
+            got_tos = tos_of(anc)
+        except socket.timeout:
+            got, got_tos = None, None
+        finally:
+            lst.settimeout(RECV_TIMEOUT)
+        what = (f"[{self.tag}] g) IPv{fam} inner {ECN_NAME[inner_ecn]} under outer "
+                f"{ECN_NAME[outer_ecn]}: ")
+        if want is None:
+            self.ecn_drops += 1
+            self.rep.check(got is None, what + "dropped (RFC 6040: CE on a Not-ECT packet)",
+                           f"delivered with TOS {got_tos}")
+            return
+        self.in_valid += 1
+        self.rep.check(got == payload and got_tos == DSCP_EF | want,
+                       what + f"delivered as {ECN_NAME[want]}, DSCP kept",
+                       f"got {len(got) if got is not None else 'nothing'}, TOS {got_tos}")
+
     # -- e) counters and shutdown -------------------------------------------
 
     def verify_status(self):
@@ -315,9 +402,10 @@ class Case:
         rep.equal(p["sa_out"]["packets"], self.out_seq, f"[{tag}] e) sa_out.packets")
         rep.equal(p["sa_out"]["last_seq"], self.out_seq, f"[{tag}] e) sa_out.last_seq")
         rep.equal(d["drops.auth_failed"], 1, f"[{tag}] e) drops.auth_failed (the ESN mismatch)")
+        rep.equal(d["drops.ce_not_ect"], self.ecn_drops, f"[{tag}] e) drops.ce_not_ect (g)")
         others = {k: v for k, v in d.items()
                   if (k.startswith("drops.") or k.startswith("ignored.")) and v
-                  and k not in ("drops.auth_failed", "drops.no_route")}
+                  and k not in ("drops.auth_failed", "drops.ce_not_ect", "drops.no_route")}
         rep.check(not others, f"[{tag}] e) no other drops or ignores", str(others))
         if d.get("drops.no_route"):
             rep.info(f"drops.no_route = {d['drops.no_route']} (kernel IPv6 multicast on the tun: "
@@ -341,6 +429,8 @@ class Case:
             ctx.listener = {f: ctx.a.socket(FAM[f], socket.SOCK_DGRAM,
                                             bind=(IN[f][0], LISTEN_PORT[f]),
                                             timeout=RECV_TIMEOUT) for f in (4, 6)}
+            for sock in ctx.listener.values():
+                recv_tos(sock)
             for fam in (4, 6):
                 for size in SIZES:
                     self.inbound_udp(fam, size)
@@ -352,6 +442,11 @@ class Case:
                 self.echo(fam)
             self.wrong_esn()
             self.inbound_udp(4, 64)  # good traffic after the bad packet
+            for fam in (4, 6):
+                for ecn in range(4):
+                    self.ecn_out(fam, ecn)
+                for inner_ecn, outer_ecn, want in ECN_IN:
+                    self.ecn_in(fam, inner_ecn, outer_ecn, want)
             if self.esn:
                 # f) ESN epoch change (RFC 4303 Appendix A2.2): jump close to
                 # 2^32, then a low number that only verifies with seq_hi 1.
@@ -393,6 +488,8 @@ def body(rep, build):
                      + ctx.b.ip("-6", "addr").stdout, 5, what="underlay IPv6 addresses")
     ctx.bsock = {f: ctx.b.socket(FAM[f], socket.SOCK_DGRAM, bind=(UL[f][1], 4500),
                                  timeout=RECV_TIMEOUT) for f in (4, 6)}
+    for s in ctx.bsock.values():
+        recv_tos(s)
     try:
         for i, (cipher, esn, ulfam, impl) in enumerate(CASES):
             rep.section(f"case {i + 1}/{len(CASES)}: {cipher}, ESN {'on' if esn else 'off'}, "

@@ -472,3 +472,54 @@ TEST_CASE("UringEngine rejects a buffer count that is not a power of two") {
 	UdpSocket s = UdpSocket::bind(any_port("127.0.0.1"));
 	CHECK_THROWS_AS(UringEngine(s, UringOptions{UringRecv::multishot, 2048, 100}), SystemError);
 }
+
+/// receive_ecn() - @want datagrams on @e: each one's text and the ECN field it arrived with
+std::vector<std::pair<std::string, uint8_t>> receive_ecn(UdpEngine& e, size_t want) {
+	std::vector<std::pair<std::string, uint8_t>> got;
+	Receiver rx(8);
+	while (got.size() < want && wait_readable(e.poll_fd())) {
+		const BatchResult r = e.recv_batch(rx.slots);
+		for (size_t i = 0; i < r.count; i++)
+			got.emplace_back(rx.text(i), rx.slots[i].ecn);
+	}
+	return got;
+}
+
+TEST_CASE_TEMPLATE("engine: the ECN field goes out in the outer header and is read back on receive", E,
+                   ENGINES) {
+	enter_fresh_netns();
+	// IPv4 sockets, IPv6 sockets, and a dual-stack socket sending to an
+	// IPv4 peer (which takes IP_TOS, not IPV6_TCLASS).
+	struct Case {
+		const char* what;
+		const char* a;
+		const char* b;
+		const char* b_seen_at;
+	};
+	for (const Case& c :
+	     {Case{"IPv4", "127.0.0.1", "127.0.0.1", "127.0.0.1"}, Case{"IPv6", "::1", "::1", "::1"},
+	      Case{"dual-stack to IPv4", "::", "127.0.0.1", "127.0.0.1"}}) {
+		INFO(c.what);
+		Peer<E> a(c.a), b(c.b);
+		const Endpoint to = b.at(c.b_seen_at);
+		// Equal sizes, so that only the ECN field can split the trains:
+		// 3 x ECT(0), 2 x CE, 1 x Not-ECT, 2 x ECT(1), 1 x ECT(0).
+		const std::vector<uint8_t> ecn = {2, 2, 2, 3, 3, 0, 1, 1, 2};
+		std::vector<std::string> payloads;
+		std::vector<SendSlot> out;
+		for (size_t i = 0; i < ecn.size(); i++)
+			payloads.push_back(numbered(i, 600));
+		for (size_t i = 0; i < ecn.size(); i++)
+			out.push_back({bytes_of(payloads[i]), to, ecn[i]});
+		const uint64_t trains_before = a.sock.gso_stats().trains;
+		REQUIRE(a.engine->send_batch(out).count == out.size());
+		// One train per run of equal ECN fields but the lone ones.
+		CHECK(a.sock.gso_stats().trains - trains_before == 3);
+		const auto got = receive_ecn(*b.engine, out.size());
+		REQUIRE(got.size() == out.size());
+		for (size_t i = 0; i < got.size(); i++) {
+			CHECK(got[i].first == payloads[i]);
+			CHECK(int(got[i].second) == int(ecn[i]));
+		}
+	}
+}

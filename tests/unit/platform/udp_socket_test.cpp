@@ -326,3 +326,37 @@ TEST_CASE("enable_gro(): a GSO train arrives as one buffer with its segment size
 	const auto got = receive_all(c, out.size());
 	CHECK(got.size() == out.size());
 }
+
+TEST_CASE("enable_gro(): a train's ECN field comes with the buffer; different fields are not merged") {
+	enter_fresh_netns();
+	UdpSocket a = UdpSocket::bind(any_port("127.0.0.1"));
+	UdpSocket b = UdpSocket::bind(any_port("127.0.0.1"));
+	REQUIRE(b.enable_gro());
+	// Ten ECT(0) datagrams, then ten CE ones: two trains, two buffers.
+	std::vector<std::string> payloads;
+	std::vector<SendSlot> out;
+	for (size_t i = 0; i < 20; i++)
+		payloads.push_back(numbered(i, 1000));
+	for (size_t i = 0; i < 20; i++)
+		out.push_back({bytes_of(payloads[i]), b.local_endpoint(), uint8_t(i < 10 ? 2 : 3)});
+	REQUIRE(a.send_batch(out).count == out.size());
+	Receiver rx(4, 65536);
+	std::vector<std::pair<size_t, uint8_t>> buffers; // bytes, ECN of each buffer
+	size_t bytes = 0;
+	while (bytes < 20 * 1000 && wait_readable(b.fd())) {
+		const BatchResult r = b.recv_batch(rx.slots);
+		for (size_t i = 0; i < r.count; i++) {
+			buffers.emplace_back(rx.slots[i].len, rx.slots[i].ecn);
+			bytes += rx.slots[i].len;
+		}
+	}
+	REQUIRE(bytes == 20 * 1000);
+	// However the kernel grouped them, no buffer mixes the two marks: the
+	// first 10,000 bytes came as ECT(0), the rest as CE.
+	size_t seen = 0;
+	for (const auto& [len, ecn] : buffers) {
+		CHECK(int(ecn) == (seen < 10 * 1000 ? 2 : 3));
+		CHECK((seen < 10 * 1000) == (seen + len <= 10 * 1000));
+		seen += len;
+	}
+}
