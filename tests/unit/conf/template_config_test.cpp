@@ -7,6 +7,8 @@
 #include "tests/unit/conf/conf_test_util.hpp"
 #include "tests/unit/ike/cert_test_util.hpp"
 
+#include <chrono>
+
 using namespace esptun;
 using namespace esptun::conf;
 using namespace esptun::conf::test;
@@ -311,4 +313,42 @@ TEST_CASE("template config: a changed pattern or changed user data changes the p
 	        "addresses = [\"10.9.0.5\", \"fd09::5\"]\nallowed_ips = [\"192.168.61.0/24\"]\n\n"
 	        "[[user]]\nname = \"dave\"\npassword = \"dave's password\"\n");
 	CHECK_FALSE(same_peer(a.peers[0], load(f, tmpl()).peers[0]));
+}
+
+TEST_CASE("template config: 100,000 users with addresses and networks load, and the overlap check still "
+          "finds the one overlap among them") {
+	// The most a users file may hold. Each user: a fixed address from
+	// 10.64.0.0/12 and a /28 from 10.128.0.0/9, both outside the pool.
+	Files f;
+	constexpr size_t kUsers = 100000;
+	auto file = [](bool overlap) {
+		std::string text;
+		text.reserve(kUsers * 110);
+		for (size_t i = 0; i < kUsers; i++) {
+			const size_t net =
+			    (i == kUsers - 1 && overlap) ? 0 : i; // the last one takes user 0's network
+			text += "[[user]]\nname = \"u" + std::to_string(i) + "\"\npassword = \"pw" +
+			        std::to_string(i) + "\"\naddresses = [\"10." +
+			        std::to_string(64 + (i >> 16)) + "." + std::to_string((i >> 8) & 255) + "." +
+			        std::to_string(i & 255) + "\"]\nallowed_ips = [\"10." +
+			        std::to_string(128 + (net >> 12)) + "." + std::to_string((net >> 4) & 255) +
+			        "." + std::to_string((net & 15) << 4) + "/28\"]\n";
+		}
+		return text;
+	};
+	f.users(file(false));
+	const auto t0 = std::chrono::steady_clock::now();
+	const Config c = load(f, tmpl());
+	const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+	MESSAGE("100,000 users: config loaded and checked in " << secs << " s");
+	REQUIRE(c.peers.size() == 1);
+	REQUIRE(c.peers[0].ike->users->size() == kUsers);
+	const ike::User& last = c.peers[0].ike->users->at("u99999");
+	CHECK(last.addresses == std::vector<IpAddress>{*parse_ip("10.65.134.159")});
+	CHECK(last.allowed_ips == std::vector<IpPrefix>{*parse_prefix("10.152.105.240/28")});
+
+	f.users(file(true));
+	CHECK_SAYS(error_in(f, tmpl()), "allowed_ips entry '10.128.0.0/28' of user 'u99999'");
+	f.users(file(false) + "[[user]]\nname = \"one-more\"\npassword = \"pw\"\n");
+	CHECK_SAYS(error_in(f, tmpl()), "more than 100000 users");
 }
