@@ -4,8 +4,7 @@
 // folder). Certificates are made at test time.
 #include "conf/diff.hpp"
 #include "conf/file_source.hpp"
-#include "tests/unit/conf/conf_test_util.hpp"
-#include "tests/unit/ike/cert_test_util.hpp"
+#include "tests/unit/conf/pki_files_test_util.hpp"
 
 #include <fstream>
 #include <sstream>
@@ -24,11 +23,8 @@ struct CertFiles {
 	TempDir dir;
 	Chain chain{KeyKind::p256};
 	CertFiles() {
-		dir.write("gw.pem", chain.ee.pem(), 0644);
-		dir.write("gw.key", chain.ee.key.pem(), 0600);
+		write_pki(dir, chain);
 		dir.write("chain.pem", chain.inter.pem(), 0644);
-		std::filesystem::create_directory(dir.path() / "ca");
-		dir.write("ca/root.pem", chain.root.pem(), 0644);
 		dir.write("ca/README", "not a certificate", 0644);
 		dir.write("root.crl", chain.root.crl_pem({}), 0644);
 		dir.write("inter.crl", chain.inter.crl_pem({}), 0644);

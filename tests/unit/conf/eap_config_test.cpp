@@ -3,8 +3,7 @@
 // password), what it must not have, the users file and its checks.
 #include "conf/diff.hpp"
 #include "ike/eap_mschapv2.hpp"
-#include "tests/unit/conf/conf_test_util.hpp"
-#include "tests/unit/ike/cert_test_util.hpp"
+#include "tests/unit/conf/pki_files_test_util.hpp"
 
 using namespace esptun;
 using namespace esptun::conf;
@@ -18,10 +17,7 @@ struct EapFiles {
 	TempDir dir;
 	Chain chain{KeyKind::p256};
 	EapFiles() {
-		dir.write("gw.pem", chain.ee.pem(), 0644);
-		dir.write("gw.key", chain.ee.key.pem(), 0600);
-		std::filesystem::create_directory(dir.path() / "ca");
-		dir.write("ca/root.pem", chain.root.pem(), 0644);
+		write_pki(dir, chain);
 		dir.write("users.toml",
 		          "[[user]]\nname = \"carol\"\npassword = \"carol's password\"\n\n"
 		          "[[user]]\nname = \"dave\"\npassword = \"dave's password\"\n",

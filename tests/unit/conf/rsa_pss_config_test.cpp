@@ -2,8 +2,7 @@
 // where we sign AUTH with our certificate (auth = "cert", an EAP gateway),
 // only for an RSA key, and a change of it makes a changed peer on reload.
 #include "conf/diff.hpp"
-#include "tests/unit/conf/conf_test_util.hpp"
-#include "tests/unit/ike/cert_test_util.hpp"
+#include "tests/unit/conf/pki_files_test_util.hpp"
 
 #include <fstream>
 #include <sstream>
@@ -22,12 +21,8 @@ struct PssFiles {
 	TempDir dir;
 	Chain rsa{KeyKind::rsa2048}, ec{KeyKind::p256};
 	PssFiles() {
-		dir.write("rsa.pem", rsa.ee.pem(), 0644);
-		dir.write("rsa.key", rsa.ee.key.pem(), 0600);
-		dir.write("ec.pem", ec.ee.pem(), 0644);
-		dir.write("ec.key", ec.ee.key.pem(), 0600);
-		std::filesystem::create_directory(dir.path() / "ca");
-		dir.write("ca/root.pem", rsa.root.pem(), 0644);
+		write_pki(dir, rsa, "rsa");
+		write_pki(dir, ec, "ec", false);
 		dir.write("users.toml", "[[user]]\nname = \"carol\"\npassword = \"carol's password\"\n",
 		          0600);
 		dir.write("password", "carol's password\n", 0600);

@@ -4,8 +4,7 @@
 // across users, peers and the gateway's own addresses, and reload diffs.
 #include "conf/diff.hpp"
 #include "ike/eap_mschapv2.hpp"
-#include "tests/unit/conf/conf_test_util.hpp"
-#include "tests/unit/ike/cert_test_util.hpp"
+#include "tests/unit/conf/pki_files_test_util.hpp"
 
 #include <chrono>
 
@@ -21,10 +20,7 @@ struct Files {
 	TempDir dir;
 	Chain chain{KeyKind::p256};
 	Files() {
-		dir.write("gw.pem", chain.ee.pem(), 0644);
-		dir.write("gw.key", chain.ee.key.pem(), 0600);
-		std::filesystem::create_directory(dir.path() / "ca");
-		dir.write("ca/root.pem", chain.root.pem(), 0644);
+		write_pki(dir, chain);
 		users("[[user]]\nname = \"carol\"\npassword = \"carol's password\"\n"
 		      "addresses = [\"10.9.0.5\", \"fd09::5\"]\nallowed_ips = [\"192.168.60.0/24\"]\n\n"
 		      "[[user]]\nname = \"dave\"\npassword = \"dave's password\"\n");
