@@ -104,6 +104,23 @@ bool established(Gateway::Client& c, const Gateway& g) {
 	return s.size() == 1 && s[0].state == "established";
 }
 
+/// The EAP template's gateway with two users connected: carol and dave
+/// (dave's IKE identity @dave_idi), and two pool addresses.
+struct TwoUsers {
+	Pki pki;
+	Gateway g;
+	Gateway::Client* carol = nullptr;
+	Gateway::Client* dave = nullptr;
+	explicit TwoUsers(const char* dave_idi = "dave@x.example") : g({eap_template(pki)}) {
+		g.hg.pool = {*parse_ip("10.9.0.10"), *parse_ip("10.9.0.11")};
+		carol = &g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw),
+		                        "10.0.1.1:4500");
+		dave = &g.start_client(eap_client(pki, dave_idi, "dave", kDavePw), "10.0.1.2:4500");
+		REQUIRE(established(*carol, g));
+		REQUIRE(established(*dave, g));
+	}
+};
+
 } // namespace
 
 TEST_CASE("template: pattern matching") {
@@ -126,14 +143,9 @@ TEST_CASE("template: pattern matching") {
 }
 
 TEST_CASE("template: two EAP users get instances of their own, with addresses and selectors of their own") {
-	Pki pki;
-	Gateway g({eap_template(pki)});
-	g.hg.pool = {*parse_ip("10.9.0.10"), *parse_ip("10.9.0.11")};
-	auto& carol =
-	    g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw), "10.0.1.1:4500");
-	auto& dave = g.start_client(eap_client(pki, "10.0.1.2", "dave", kDavePw), "10.0.1.2:4500");
-	REQUIRE(established(carol, g));
-	REQUIRE(established(dave, g));
+	TwoUsers t("10.0.1.2"); // dave's identity: its IP address, as Windows sends it
+	Gateway& g = t.g;
+	Gateway::Client &carol = *t.carol, &dave = *t.dave;
 
 	const std::optional<size_t> ic = index_of(*g.gw, "users/carol"), id = index_of(*g.gw, "users/dave");
 	REQUIRE(ic);
@@ -262,14 +274,10 @@ TEST_CASE("template: a host that cannot add the user refuses it, and leaves noth
 }
 
 TEST_CASE("template: removing the template removes its users, each told by a Delete") {
-	Pki pki;
-	Gateway g({eap_template(pki)});
-	g.hg.pool = {*parse_ip("10.9.0.10"), *parse_ip("10.9.0.11")};
-	auto& carol =
-	    g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw), "10.0.1.1:4500");
-	auto& dave = g.start_client(eap_client(pki, "dave@x.example", "dave", kDavePw), "10.0.1.2:4500");
-	REQUIRE(established(carol, g));
-	REQUIRE(established(dave, g));
+	TwoUsers t;
+	Gateway& g = t.g;
+	Pki& pki = t.pki;
+	Gateway::Client &carol = *t.carol, &dave = *t.dave;
 	g.gw->remove_peer(0, g.now);
 	g.pump();
 	CHECK(g.hg.instances_removed.size() == 2);
@@ -287,14 +295,10 @@ TEST_CASE("template: removing the template removes its users, each told by a Del
 }
 
 TEST_CASE("template: a new users table ends only the users whose entry changed or went") {
-	Pki pki;
-	Gateway g({eap_template(pki)});
-	g.hg.pool = {*parse_ip("10.9.0.10"), *parse_ip("10.9.0.11")};
-	auto& carol =
-	    g.start_client(eap_client(pki, "carol@laptop.example", "carol", kCarolPw), "10.0.1.1:4500");
-	auto& dave = g.start_client(eap_client(pki, "dave@x.example", "dave", kDavePw), "10.0.1.2:4500");
-	REQUIRE(established(carol, g));
-	REQUIRE(established(dave, g));
+	TwoUsers t;
+	Gateway& g = t.g;
+	Pki& pki = t.pki;
+	Gateway::Client &carol = *t.carol, &dave = *t.dave;
 	const auto carol_sa = g.sa_of("users/carol");
 	REQUIRE(carol_sa);
 
