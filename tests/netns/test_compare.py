@@ -192,7 +192,7 @@ def body(rep, build):
         real = int(took.group(1) or 0) * 60 + int(took.group(2))
         rep.check(real / 3 <= est <= real * 3, f"the first estimate ({est} s) within 3x of the time "
                   f"the tests took ({real} s)")
-    rep.check(len(lefts) == 4, "each test but the last ends with the time left", f"{len(lefts)} lines")
+    rep.check(len(lefts) == 6, "each test but the last ends with the time left", f"{len(lefts)} lines")
 
     rep.section("JSON")
     with open(os.path.join(tmp, "compare.json")) as f:
@@ -235,6 +235,15 @@ def body(rep, build):
         rep.check(s["udp_rr_p50_ms"] is not None and s["udp_rr_p50_ms"] > 0,
                   f"{name}: UDP request/response p50 {s['udp_rr_p50_ms']} ms")
         rep.check(s["udp1400_gbps"] is not None, f"{name}: UDP-1400 {s['udp1400_gbps']} Gbit/s")
+        for key, what in (("ping_under_tcp1", "one TCP stream"),
+                          ("ping_under_tcp4_udp", "four TCP streams and a UDP flow")):
+            u = s.get(key) or {}
+            rep.check(u.get("received", 0) > 0 and (u.get("p50_ms") or 0) > 0
+                      and (u.get("p99_ms") or 0) >= u.get("p50_ms", 0)
+                      and (u.get("load_gbps") or 0) > 0,
+                      f"{name}: ping beside {what}: {u.get('received')}/{u.get('sent')} replies, "
+                      f"p50/p99 {u.get('p50_ms')}/{u.get('p99_ms')} ms, the load moved "
+                      f"{u.get('load_gbps')} Gbit/s", str(u))
         if name == "veth" or name in KERNEL_SUBJECTS:
             rep.check(s["cpu_s_per_gb"] is None, f"{name}: no CPU/GB figure (no tunnel process)")
         else:
@@ -255,6 +264,13 @@ def body(rep, build):
               "CSV rows in the JSON's order")
     rep.equal([r["version"] for r in rows], [s["version"] for s in doc["subjects"]],
               "CSV versions as in the JSON")
+    # The CSV has 4 decimals, the JSON 6 significant digits: equal within rounding.
+    differ = [f"{r['subject']}: CSV {r['ping_tcp1_p99_ms']!r}, JSON {s['ping_under_tcp1']['p99_ms']}"
+              for r, s in zip(rows, doc["subjects"])
+              if (r["ping_tcp1_p99_ms"] == "") != (s["ping_under_tcp1"]["p99_ms"] is None)
+              or (r["ping_tcp1_p99_ms"] != "" and abs(float(r["ping_tcp1_p99_ms"])
+                                                      - s["ping_under_tcp1"]["p99_ms"]) > 2e-4)]
+    rep.check(not differ, "CSV ping-under-TCP-1 p99 as in the JSON", "; ".join(differ))
 
     rep.section("SVG")
     tree = ET.parse(os.path.join(tmp, "compare.svg"))

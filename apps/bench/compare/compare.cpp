@@ -6,7 +6,8 @@
 //      each that is there
 //   4. the tests, each one round-robin over the running subjects (so machine
 //      noise hits them alike): TCP 1 stream (with the tunnel processes' CPU
-//      time), TCP 4 streams, UDP 1400 bytes at full rate, ping, UDP
+//      time), TCP 4 streams, UDP 1400 bytes at full rate, ping, ping under
+//      one TCP stream and under four plus a paced UDP flow, UDP
 //      request/response; after each, an estimate of the time left
 //   5. table on the terminal; JSON, CSV and SVG files
 // Everything made in 2-3 is undone by destructors, in reverse order, on
@@ -27,6 +28,7 @@
 #include <ctime>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -138,7 +140,7 @@ std::string duration_text(double seconds) {
  */
 void round_robin(std::vector<Live>& live, const std::string& label, double planned, Eta& eta,
                  const std::function<std::string(Live&)>& fn) {
-	std::printf("  %-9s", (label + ":").c_str());
+	std::printf("  %-11s", (label + ":").c_str());
 	std::fflush(stdout);
 	for (auto& l : live) {
 		std::string shown;
@@ -281,7 +283,7 @@ int run(const CompareOptions& opt) {
 	const double iperf_step = opt.duration + 1.0, ping_step = rep.pings * 0.01 + 0.3,
 	             rr_step = rep.rr_requests * 0.0005 + 0.3;
 	Eta eta;
-	eta.plan(static_cast<double>(live.size()) * (3 * iperf_step + ping_step + rr_step));
+	eta.plan(static_cast<double>(live.size()) * (5 * iperf_step + ping_step + rr_step));
 	std::printf("measuring (each test round-robin over %zu subjects; about %s)\n", live.size(),
 	            duration_text(eta.left()).c_str());
 	eta.start();
@@ -319,6 +321,33 @@ int run(const CompareOptions& opt) {
 		l.row->ping_p99_ms = s.p99;
 		return two(s.p50, "") + "/" + two(s.p99, "ms");
 	});
+	// Latency under load: the probes share the tunnel with bulk traffic
+	// (issue 20); both loads run for the iperf3 test length.
+	struct LoadCase {
+		const char* label;
+		Load load;
+		std::optional<double> Row::*p50;
+		std::optional<double> Row::*p99;
+		std::optional<double> Row::*gbps;
+		unsigned Row::*sent;
+		unsigned Row::*received;
+	};
+	for (const LoadCase& lc :
+	     {LoadCase{"ping+tcp1", Load::tcp1, &Row::load1_p50_ms, &Row::load1_p99_ms, &Row::load1_gbps,
+	               &Row::load1_sent, &Row::load1_received},
+	      LoadCase{"ping+tcp4u", Load::tcp4_udp, &Row::load4_p50_ms, &Row::load4_p99_ms, &Row::load4_gbps,
+	               &Row::load4_sent, &Row::load4_received}})
+		round_robin(live, lc.label, iperf_step, eta, [&](Live& l) {
+			UnderLoad u = run_ping_under_load(topo.b(), topo.a(), l.subject->dst(), lc.load,
+			                                  opt.duration, rep.pings, tmp.path());
+			if (u.ping.received == 0) throw std::runtime_error("no ping reply under load");
+			l.row->*lc.sent = u.ping.sent;
+			l.row->*lc.received = u.ping.received;
+			l.row->*lc.p50 = u.ping.p50;
+			l.row->*lc.p99 = u.ping.p99;
+			l.row->*lc.gbps = u.load_gbps;
+			return two(u.ping.p50, "") + "/" + two(u.ping.p99, "ms");
+		});
 	round_robin(live, "udp-rr", rr_step, eta, [&](Live& l) {
 		LatencyStats s = run_udp_rr(topo.b(), topo.a(), l.subject->dst(), kRrPort, rep.rr_requests);
 		l.row->rr_sent = s.sent;
@@ -387,7 +416,8 @@ cli::Verb add_compare(CLI::App& bench, const std::string& command_line) {
 	    bench, "compare", "esptun next to wireguard-go, OpenVPN, strongSwan, kernel tunnels (root)",
 	    "Plain veth, esptun, wireguard-go, OpenVPN (GCM, CBC), strongSwan and the\n"
 	    "kernel's WireGuard and XFRM ESP (where it has them) between two namespaces,\n"
-	    "interleaved: iperf3 TCP 1/4 streams, UDP 1400 B, ping and UDP request/response\n"
+	    "interleaved: iperf3 TCP 1/4 streams, UDP 1400 B, ping (idle, beside one TCP\n"
+	    "stream, beside four and a 100 Mbit/s UDP flow) and UDP request/response\n"
 	    "p50/p99, tunnel CPU s/GB; writes compare.{json,csv,svg} to DIR (default .).\n"
 	    "Peers: veth, esptun, esptun-direct, esptun-vhost, wireguard-go, openvpn,\n"
 	    "openvpn-gcm, openvpn-cbc, strongswan, kernel, kernel-wireguard, kernel-esp\n"

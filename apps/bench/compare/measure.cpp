@@ -11,9 +11,11 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <netinet/in.h>
+#include <optional>
 #include <poll.h>
 #include <sstream>
 #include <sys/socket.h>
@@ -72,58 +74,113 @@ LatencyStats LatencyStats::of(unsigned sent, std::vector<double> rtt_ms) {
 	return s;
 }
 
-IperfResult run_iperf(const std::string& server_ns, const std::string& client_ns, const std::string& dst,
-                      IperfTest test, unsigned seconds, const std::string& scratch) {
+namespace {
+
+/// A running iperf3 test: its one-off server and its client, whose JSON
+/// goes to @out.
+struct IperfRun {
+	IperfTest test;
+	unsigned seconds;
+	Child server, client;
+	std::string out;
+};
+
+/**
+ * start_iperf() - start a one-off server in @server_ns on @port, then the
+ * client of @test in @client_ns towards @dst, without waiting for it
+ */
+IperfRun start_iperf(const std::string& server_ns, const std::string& client_ns, const std::string& dst,
+                     IperfTest test, unsigned seconds, uint16_t port, const std::string& scratch) {
 	std::string iperf = find_program("iperf3");
 	if (iperf.empty()) throw std::runtime_error("iperf3 not found in PATH");
-	Child server = spawn_in_netns(server_ns, {iperf, "-s", "-1", "-p", std::to_string(kIperfPort)},
-	                              scratch + "/iperf3-server.log");
+	const std::string tag = std::to_string(port);
+	IperfRun run{test, seconds, {}, {}, scratch + "/iperf3-client-" + tag + ".json"};
+	run.server = spawn_in_netns(server_ns, {iperf, "-s", "-1", "-p", tag},
+	                            scratch + "/iperf3-server-" + tag + ".log");
 	auto deadline = Clock::now() + Millis(5000);
-	while (!listening(server.pid(), kIperfPort)) {
-		if (server.poll()) throw std::runtime_error("iperf3 server exited at start");
+	while (!listening(run.server.pid(), port)) {
+		if (run.server.poll()) throw std::runtime_error("iperf3 server exited at start");
 		if (Clock::now() > deadline)
 			throw std::runtime_error("iperf3 server not listening after 5 s");
 		sleep_for(Millis(10));
 	}
-	std::vector<std::string> argv{iperf,
-	                              "-c",
-	                              dst,
-	                              "-p",
-	                              std::to_string(kIperfPort),
-	                              "-t",
-	                              std::to_string(seconds),
-	                              "-J",
-	                              "--connect-timeout",
-	                              "3000"};
+	std::vector<std::string> argv{
+	    iperf, "-c", dst, "-p", tag, "-t", std::to_string(seconds), "-J", "--connect-timeout", "3000"};
 	if (test == IperfTest::tcp4) argv.insert(argv.end(), {"-P", "4"});
 	if (test == IperfTest::udp1400) argv.insert(argv.end(), {"-u", "-b", "0", "-l", "1400"});
+	if (test == IperfTest::udp_paced)
+		argv.insert(argv.end(), {"-u", "-b", std::to_string(kPacedUdpMbps) + "M", "-l", "1200"});
+	std::error_code ec; // the log is appended to: each run starts a new one
+	std::filesystem::remove(run.out, ec);
+	run.client = spawn_in_netns(client_ns, argv, run.out);
+	return run;
+}
+
+/// finish_iperf() - wait for @run's client and read what its receiver counted
+IperfResult finish_iperf(IperfRun& run) {
 	// iperf3 3.12's client can spin forever when the path dies mid-test.
-	CmdResult r = capture(client_ns, argv, Millis(seconds * 1000 + 20000), scratch);
+	const int status = run.client.wait(Millis(run.seconds * 1000 + 20000));
+	std::ifstream in(run.out);
+	std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+	// The log has stderr too: the JSON document is from the first '{' to the last '}'.
+	const auto open = text.find('{'), close = text.rfind('}');
 	Json doc;
 	try {
-		doc = parse_json(r.out);
-	} catch (const std::exception& e) {
-		throw std::runtime_error("iperf3 (" + describe_status(r.status) +
-		                         ") printed no JSON: " + r.err.substr(0, 300));
+		if (open == std::string::npos || close == std::string::npos || close < open)
+			throw std::runtime_error("no JSON");
+		doc = parse_json(text.substr(open, close - open + 1));
+	} catch (const std::exception&) {
+		throw std::runtime_error("iperf3 (" + describe_status(status) +
+		                         ") printed no JSON: " + text.substr(0, 300));
 	}
 	if (const Json* err = service::json_at(doc, {"error"}))
 		throw std::runtime_error("iperf3: " + service::json_string(err));
-	if (!r.ok()) throw std::runtime_error("iperf3 failed (" + describe_status(r.status) + ")");
+	if (!exited_ok(status)) throw std::runtime_error("iperf3 failed (" + describe_status(status) + ")");
 	IperfResult res;
 	double bps = number_at(doc, {"end", "sum_received", "bits_per_second"});
 	if (std::isnan(bps)) throw std::runtime_error("iperf3 JSON has no end.sum_received");
 	res.gbps = bps / 1e9;
 	res.bytes = service::json_u64(service::json_at(doc, {"end", "sum_received", "bytes"}));
-	if (test == IperfTest::udp1400) {
+	if (run.test == IperfTest::udp1400 || run.test == IperfTest::udp_paced) {
 		double loss = number_at(doc, {"end", "sum_received", "lost_percent"});
 		if (std::isnan(loss)) loss = number_at(doc, {"end", "sum", "lost_percent"});
 		res.loss_pct = std::isnan(loss) ? 0 : loss;
 	}
 	// The one-off server exits by itself after the test; if it lingers, the
 	// Child's destructor stops it.
-	for (int i = 0; i < 100 && !server.poll(); i++)
+	for (int i = 0; i < 100 && !run.server.poll(); i++)
 		sleep_for(Millis(10));
 	return res;
+}
+
+} // namespace
+
+IperfResult run_iperf(const std::string& server_ns, const std::string& client_ns, const std::string& dst,
+                      IperfTest test, unsigned seconds, const std::string& scratch) {
+	IperfRun run = start_iperf(server_ns, client_ns, dst, test, seconds, kIperfPort, scratch);
+	return finish_iperf(run);
+}
+
+UnderLoad run_ping_under_load(const std::string& server_ns, const std::string& client_ns,
+                              const std::string& dst, Load load, unsigned seconds, unsigned pings,
+                              const std::string& scratch) {
+	IperfRun tcp =
+	    start_iperf(server_ns, client_ns, dst, load == Load::tcp1 ? IperfTest::tcp1 : IperfTest::tcp4,
+	                seconds, kIperfPort, scratch);
+	std::optional<IperfRun> udp;
+	if (load == Load::tcp4_udp)
+		udp = start_iperf(server_ns, client_ns, dst, IperfTest::udp_paced, seconds, kIperfPort + 1,
+		                  scratch);
+	// Let TCP fill the queues first (slow start takes a few round trips),
+	// and stop probing before the load winds down.
+	const unsigned total_ms = seconds * 1000, ramp_ms = std::min(1000u, total_ms / 3);
+	const unsigned window_ms = total_ms > ramp_ms + 500 ? total_ms - ramp_ms - 500 : total_ms / 3;
+	sleep_for(Millis(ramp_ms));
+	UnderLoad r;
+	r.ping = run_ping(client_ns, dst, std::max(10u, std::min(pings, window_ms / 10)), scratch);
+	r.load_gbps = finish_iperf(tcp).gbps;
+	if (udp) finish_iperf(*udp);
+	return r;
 }
 
 LatencyStats run_ping(const std::string& ns, const std::string& dst, unsigned count,

@@ -25,8 +25,10 @@ struct LatencyStats {
  */
 double percentile(std::vector<double> v, double q);
 
-/// IperfTest - which iperf3 run.
-enum class IperfTest { tcp1, tcp4, udp1400 };
+/// IperfTest - which iperf3 run. udp_paced: 1200-byte datagrams at
+/// kPacedUdpMbps, a flow that does not back off (a call, a video stream).
+enum class IperfTest { tcp1, tcp4, udp1400, udp_paced };
+inline constexpr unsigned kPacedUdpMbps = 100;
 
 /// IperfResult - what the receiving end counted.
 struct IperfResult {
@@ -47,6 +49,33 @@ struct IperfResult {
  */
 IperfResult run_iperf(const std::string& server_ns, const std::string& client_ns, const std::string& dst,
                       IperfTest test, unsigned seconds, const std::string& scratch);
+
+/// The load under which run_ping_under_load() probes.
+enum class Load {
+	tcp1,     ///< one saturating TCP stream
+	tcp4_udp, ///< four TCP streams and a paced UDP flow
+};
+
+/// UnderLoad - the probes' round trips and what the load moved meanwhile.
+struct UnderLoad {
+	LatencyStats ping;
+	double load_gbps = 0; ///< the TCP streams' received rate over the whole test
+};
+
+/**
+ * run_ping_under_load() - ping from @client_ns to @dst while @load runs the
+ * same way (iperf3 from @client_ns to @server_ns for @seconds)
+ * @pings: most probes; fewer when the load's middle part (after a ramp-up
+ *         of up to 1 s, ending half a second before the load) cannot hold
+ *         them at 10 ms apart
+ *
+ * Probes and load share the tunnel and its queues: what a probe waits for
+ * is the standing queue the load builds. Throws std::runtime_error when the
+ * load or ping fails.
+ */
+UnderLoad run_ping_under_load(const std::string& server_ns, const std::string& client_ns,
+                              const std::string& dst, Load load, unsigned seconds, unsigned pings,
+                              const std::string& scratch);
 
 /**
  * run_ping() - `ping -n -i 0.01 -c @count -W 1 @dst` in @ns, per-packet times

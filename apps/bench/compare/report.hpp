@@ -19,6 +19,11 @@ struct Row {
 	std::optional<double> ping_p50_ms, ping_p99_ms, rr_p50_ms, rr_p99_ms;
 	std::optional<double> cpu_s_per_gb;
 	unsigned ping_sent = 0, ping_received = 0, rr_sent = 0, rr_received = 0;
+	/// Ping while one TCP stream (load1) / four TCP streams and a paced UDP
+	/// flow (load4) run through the tunnel, and what the TCP streams moved.
+	std::optional<double> load1_p50_ms, load1_p99_ms, load1_gbps;
+	std::optional<double> load4_p50_ms, load4_p99_ms, load4_gbps;
+	unsigned load1_sent = 0, load1_received = 0, load4_sent = 0, load4_received = 0;
 	std::vector<std::string> errors; ///< tests that failed: "tcp1: ..."
 };
 
