@@ -55,6 +55,13 @@
 #     esptun-client refuses to start with one, so it cannot send it.)
 #  4. strongSwan 5.9 as an EAP-MSCHAPv2 road warrior (user50) against the
 #     eap-users template: virtual address from the pool, ping 10.88.0.1.
+#  5. users.toml edited while everyone is connected (user03's password
+#     changed, user04 removed, user09 given the fixed address 10.88.3.9),
+#     then `esptun-gateway reload`: it reports the new users file and 3
+#     users ended; those 3 IKE SAs go, the other 47 users keep theirs (same
+#     IKE SPIs) and still ping, cert-users is untouched. Then user09 comes
+#     back with 10.88.3.9, user03 is refused with its old password and gets
+#     in with the new one, user04 is refused as not in the users file.
 # Then every client and the gateway stop with exit 0 and no namespace is
 # left. The whole run takes about a minute on two busy cores: the namespaces
 # are made with few processes (ip -batch) and the 50 clients are read
@@ -109,6 +116,8 @@ FIXED_USER, FIXED_ADDR = "user07", "10.88.3.7"
 NET_USER, NET, NET_HOST = "user31", "192.168.77.0/24", "192.168.77.1"
 STOPPED = ("user01", "user02", "user26", "user27", "user28")
 SW_USER = "user50"
+# Case 5: what the edited users.toml changes.
+RELOAD_PW, RELOAD_GONE, RELOAD_ADDR, RELOAD_FIXED = "user03", "user04", "user09", "10.88.3.9"
 # Case 3: (key, title, kind, IDi, the gateway's reason as a regex).
 REFUSALS = [
     ("nomatch", "identity matching no template", "cert", "mallory@other.example",
@@ -177,10 +186,12 @@ def make_pki(ctx):
     ctx.passwords.update({SW_USER: secrets.token_urlsafe(12), "user60": secrets.token_urlsafe(12)})
 
 
-def users_files(ctx):
-    """users.toml (EAP users: passwords, user07's fixed address) and
-    cert-users.toml (per-user data of certificate users: user31's network)."""
-    eap = [dict(name=name, password=pw, addresses=[FIXED_ADDR] if name == FIXED_USER else None)
+def users_files(ctx, fixed=None):
+    """users.toml (EAP users: passwords, fixed addresses: user07's and
+    those in @fixed) and cert-users.toml (per-user data of certificate users:
+    user31's network)."""
+    fixed = {FIXED_USER: FIXED_ADDR, **(fixed or {})}
+    eap = [dict(name=name, password=pw, addresses=[fixed[name]] if name in fixed else None)
            for name, pw in sorted(ctx.passwords.items())]
     cert = [dict(name=f"{NET_USER}@{CERT_DOMAIN}", allowed_ips=[NET])]
     ctx.users_file = test_pki.write(os.path.join(ctx.tmp, "users.toml"),
@@ -578,6 +589,64 @@ def case_strongswan(rep, ctx, tag):
         rep.equal(rc, 0, f"[{tag}] charon: SIGTERM -> exit code")
 
 
+def case_users_reload(rep, ctx, tag):
+    by_user = {c.user: c for c in ctx.clients}
+    touched = [by_user[u] for u in (RELOAD_PW, RELOAD_GONE, RELOAD_ADDR)]
+    rest = [c for c in ctx.clients if c not in touched]
+    view0, _ = gateway_view(ctx)
+    spi0 = {c.instance: (view0.get(c.instance) or {}).get("spi_i") for c in ctx.clients}
+    old_pw = ctx.passwords[RELOAD_PW]
+    ctx.passwords[RELOAD_PW] = "new " + old_pw
+    del ctx.passwords[RELOAD_GONE]
+    users_files(ctx, fixed={RELOAD_ADDR: RELOAD_FIXED})
+    p = netns.run(ctx.g.cmd(os.path.join(ctx.build, "esptun-gateway"), "reload", "-s",
+                            os.path.join(ctx.tmp, "g.sock")), check=False, timeout=20)
+    out = (p.stdout + p.stderr).strip()
+    rep.check(p.returncode == 0 and f"new users file for {EAP_T} (3 connected user(s) ended)" in out
+              and CERT_T not in out,
+              f"[{tag}] `esptun-gateway reload`: exit 0, reports the new users file of {EAP_T} and "
+              f"3 users ended: {out!r}", out)
+    gone = {c.instance: spi0[c.instance] for c in touched}
+
+    def settled(view, st):
+        live = {(s.get("peer"), s.get("spi_i")) for s in ike_sas(st)}
+        return not any(item in live for item in gone.items())
+    ok, secs, view, st = wait_gateway(ctx, settled, DELETE_TIMEOUT)
+    rep.check(ok, f"[{tag}] gateway: the IKE SAs of {', '.join(c.user for c in touched)} ended "
+              f"{secs:.1f} s after the reload (limit {DELETE_TIMEOUT} s)",
+              short([s for s in ike_sas(st) if s.get("peer") in gone], 3000))
+    moved = [f"{c.instance}: {spi0[c.instance]} -> {(view.get(c.instance) or {}).get('spi_i')}"
+             for c in rest if (view.get(c.instance) or {}).get("spi_i") != spi0[c.instance]]
+    rep.check(not moved, f"[{tag}] gateway: the other {len(rest)} users (both templates) keep "
+              "their established IKE SAs, same SPIs", "\n".join(moved[:10]))
+    ping_all(rep, ctx, tag, rest)
+
+    # user09 reconnects: its new fixed address.
+    addr_user = by_user[RELOAD_ADDR]
+    addr_user.ep.stop()
+    addr_user.vip = None
+    launch([addr_user])
+    bring_up(rep, ctx, tag, [addr_user], len(rest) + 1)
+    rep.equal(addr_user.vip, RELOAD_FIXED, f"[{tag}] {RELOAD_ADDR} back with the address the "
+              "reloaded users file gives it")
+    # user03 with its old password, then with the new one; user04 not at all.
+    pw_user, gone_user = by_user[RELOAD_PW], by_user[RELOAD_GONE]
+    for c in (pw_user, gone_user):
+        c.ep.stop()
+    launch([pw_user, gone_user])
+    for c, why in ((pw_user, f"wrong password for user '{RELOAD_PW}'"),
+                   (gone_user, f"user '{RELOAD_GONE}' is not in the users file")):
+        line = wait_log_line(ctx.gw.log, REFUSE_TIMEOUT, r"authentication failed", why)
+        rep.check(line is not None, f"[{tag}] {c.user} after the reload: the gateway logs /{why}/: {line!r}",
+                  netns.tail(ctx.gw.log, 15))
+    gone_user.ep.stop()
+    pw_user.ep.stop()
+    client_config(ctx, pw_user)  # now with the new password
+    pw_user.vip = None
+    launch([pw_user])
+    bring_up(rep, ctx, tag, [pw_user], len(rest) + 2)
+
+
 # ---------------------------------------------------------------------------
 
 def teardown(rep, ctx):
@@ -652,7 +721,8 @@ def body(rep, build):
         steps = [("case 1: all 50 users connect at once", case_all_up),
                  ("case 2: 5 clients stop and come back", case_stop_start),
                  ("case 3: refusals", case_refusals),
-                 ("case 4: strongSwan road warrior, EAP-MSCHAPv2", case_strongswan)]
+                 ("case 4: strongSwan road warrior, EAP-MSCHAPv2", case_strongswan),
+                 ("case 5: users file edited, reload", case_users_reload)]
         only = os.environ.get("ESPTUN_IKE_CASES", "").strip()
         chosen = {int(x) for x in only.split(",") if x.strip()} | {1} if only else None
         for n, (title, fn) in enumerate(steps):
