@@ -12,7 +12,6 @@
 
 import json
 import os
-import re
 
 import netns
 import test_pki
@@ -84,22 +83,6 @@ def gateway_peer(d, pki, cert, remote_id, method="eap-mschapv2", **extra):
                 ca_dir=os.path.join(d, "ca") if tls else None)
     peer.update(extra)
     return peer
-
-
-def log_line(path, pattern):
-    """log_line() - the first line of the file @path matching the regex, stripped; else None."""
-    rx = re.compile(pattern)
-    with open(path, errors="replace") as f:
-        return next((ln.strip() for ln in f if rx.search(ln)), None)
-
-
-def wait_log_line(path, pattern, timeout=TIMEOUT):
-    """wait_log_line() - log_line() once it appears within @timeout s; else None."""
-    try:
-        return netns.wait_until(lambda: log_line(path, pattern), timeout, interval=0.1,
-                                what=f"a log line matching {pattern!r}")
-    except TestError:
-        return None
 
 
 def check_no_sa(rep, tag, A, B):

@@ -52,10 +52,10 @@ import esptun_proc  # noqa: E402
 import netns  # noqa: E402
 import report  # noqa: E402
 import strongswan  # noqa: E402
+import sw_eap  # noqa: E402
 import sw_pair  # noqa: E402
 import test_pki  # noqa: E402
-from esptun_ike import PEER, esptun_ike, esptun_ike_config  # noqa: E402
-from netns import TestError  # noqa: E402
+from esptun_ike import PEER, esptun_ike_config  # noqa: E402
 from test_pki import write  # noqa: E402
 
 A_UL, B_UL, A_IN, B_IN = sw_pair.A_UL, sw_pair.B_UL, sw_pair.A_IN, sw_pair.B_IN
@@ -161,12 +161,6 @@ def build(ctx, idx, case):
     return A, B, path
 
 
-def esptun_log_line(A, pattern):
-    rx = re.compile(pattern)
-    with open(A.ep.log, errors="replace") as f:
-        return next((ln.strip() for ln in f if rx.search(ln)), None)
-
-
 def run(rep, ctx, idx, case):
     tag = f"case {idx + 1}"
     A, B, path = build(ctx, idx, case)
@@ -239,12 +233,8 @@ def check_fragments(rep, tag, A, B):
 
 
 def refused(rep, tag, case, A, B):
-    try:
-        line = netns.wait_until(
-            lambda: esptun_log_line(A, rf"authentication failed.*{re.escape(case['reason'])}"),
-            TIMEOUT, interval=0.1, what="esptun's refusal log line")
-    except TestError:
-        line = None
+    line = esptun_proc.wait_log_line(A.ep.log, TIMEOUT,
+                                     rf"authentication failed.*{re.escape(case['reason'])}")
     rep.check(line is not None, f"[{tag}] esptun logs the refusal naming the reason "
               f"({case['reason']!r}): {line!r}", netns.tail(A.ep.log, 20))
     if case["initiator"] == "strongswan":
@@ -252,16 +242,7 @@ def refused(rep, tag, case, A, B):
         rep.check(sw is not None, f"[{tag}] strongSwan got AUTHENTICATION_FAILED: "
                   f"{sw.strip() if sw else None!r}", netns.tail(B.charon.log, 20))
     # As responder of case 4 strongSwan had authenticated us: our Delete ends its IKE_SA.
-    try:
-        netns.wait_until(lambda: not [s for s in B.charon.list_sas() if s.state == "ESTABLISHED"],
-                         5, interval=0.2, what="strongSwan to hold no ESTABLISHED IKE_SA")
-        none = True
-    except TestError:
-        none = False
-    rep.check(none, f"[{tag}] strongSwan list-sas: no ESTABLISHED IKE_SA", B.charon.list_sas_text())
-    ike, children, _ = esptun_ike(A.ep.status())
-    rep.check(not children and str(ike.get("state", "")).lower() != "established",
-              f"[{tag}] esptun status: no CHILD_SA, no established IKE SA", json.dumps(ike)[:1000])
+    sw_eap.check_no_sa(rep, tag, A, B)
     sw_pair.ping(rep, tag, A, B_IN, count=1, expect=False)
 
 

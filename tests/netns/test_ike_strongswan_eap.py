@@ -59,7 +59,8 @@ import test_pki  # noqa: E402
 import transfer as transfer_lib  # noqa: E402
 from esptun_ike import PEER, esptun_ike  # noqa: E402
 from netns import TestError  # noqa: E402
-from sw_eap import log_line, make_pki, sw_dir_for  # noqa: E402
+from esptun_proc import log_line  # noqa: E402
+from sw_eap import make_pki, sw_dir_for  # noqa: E402
 from test_pki import write  # noqa: E402
 
 A_UL, B_UL, A_IN, B_IN = sw_pair.A_UL, sw_pair.B_UL, sw_pair.A_IN, sw_pair.B_IN
@@ -262,7 +263,7 @@ def esptun_client_checks(rep, tag, case, A, B, sw_ike, e_ike):
 
 
 def refused(rep, tag, case, A, B):
-    line = sw_eap.wait_log_line(A.ep.log, re.escape(case["reason"]), TIMEOUT)
+    line = esptun_proc.wait_log_line(A.ep.log, TIMEOUT, re.escape(case["reason"]))
     rep.check(line is not None, f"[{tag}] esptun logs the refusal ({case['reason']!r}): {line!r}",
               netns.tail(A.ep.log, 20))
     try:

@@ -192,7 +192,7 @@ def run(rep, ctx, idx, case):
 
 def check_refused(rep, tag, A, B):
     """Case 1: NO_PROPOSAL_CHOSEN, esptun's line naming the setting, no SA."""
-    line = sw_eap.wait_log_line(A.ep.log, r"no IKE proposal in common", TIMEOUT)
+    line = esptun_proc.wait_log_line(A.ep.log, TIMEOUT, r"no IKE proposal in common")
     rep.check(line is not None, f"[{tag}] esptun logs the refused offer: {line!r}",
               netns.tail(A.ep.log, 20))
     line = line or ""
@@ -241,7 +241,7 @@ def check_connected(rep, tag, case, A, B):
     if in_pool:
         sw_pair.ping(rep, tag, A, in_pool[0])
     if case.get("allow_weak"):
-        warn = sw_eap.log_line(A.ep.log, r"uses weak algorithms")
+        warn = esptun_proc.log_line(A.ep.log, r"uses weak algorithms")
         rep.check(warn is not None, f"[{tag}] esptun warned about the weak peer: {warn!r}",
                   netns.tail(A.ep.log, 20))
     if PROFILES[case["profile"]]["mobike"]:
