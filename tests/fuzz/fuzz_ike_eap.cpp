@@ -26,6 +26,7 @@
 //   fuzz-ike_eap -write_seeds=DIR
 #define DOCTEST_CONFIG_DISABLE // the shared test helpers' checks are not this program's
 #include "ike/eap_mschapv2.hpp"
+#include "tests/fuzz/fuzz_ike_pki.hpp"
 #include "tests/unit/ike/raw_peer_test_util.hpp"
 
 #include <algorithm>
@@ -42,41 +43,11 @@ namespace {
 
 constexpr size_t kMaxMessages = 24;
 
-/// The gateway's certificate and key: self-signed, P-256, made for this
-/// fuzzer only (the unit tests' certificate helpers need doctest's checks,
-/// which this program disables). It is also the CA EAP-TLS clients would need.
-constexpr const char* kCertPem = R"(-----BEGIN CERTIFICATE-----
-MIIBzzCCAXWgAwIBAgITaLGJ1YTZmFowsF/3IzRh9SGwtTAKBggqhkjOPQQDAjAv
-MRQwEgYDVQQKDAtlc3B0dW4gZnV6ejEXMBUGA1UEAwwOZ3cuZXhhbXBsZS5jb20w
-IBcNMjYxMjAyMDUzNzIyWhgPMjEyNjExMDgwNTM3MjJaMC8xFDASBgNVBAoMC2Vz
-cHR1biBmdXp6MRcwFQYDVQQDDA5ndy5leGFtcGxlLmNvbTBZMBMGByqGSM49AgEG
-CCqGSM49AwEHA0IABJC83c50Hj5VZRf5UEwYpedPO9i8fHDhVOwfGXz9GVL8U/TG
-m3ZEZgju9zZxOAqmsEbTCgXnwFlAiBC5ukTQfZujbjBsMB0GA1UdDgQWBBSUrU+r
-TtF7flBSDNMHhqrLVnNyqTAfBgNVHSMEGDAWgBSUrU+rTtF7flBSDNMHhqrLVnNy
-qTAPBgNVHRMBAf8EBTADAQH/MBkGA1UdEQQSMBCCDmd3LmV4YW1wbGUuY29tMAoG
-CCqGSM49BAMCA0gAMEUCIQDzYWTWGRqPrHFgePsIlmQKeDl0GNdJf6tg57re3e7H
-UAIgMSq1PDAjhdpG5CSN7teN/YU8yckCF33nsYZ4DZk7btY=
------END CERTIFICATE-----)";
-constexpr const char* kKeyPem = R"(-----BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgXEdiyEVVGPXxuBK9
-MxH54y5lx0zgHKfkcjjADHbvVw+hRANCAASQvN3OdB4+VWUX+VBMGKXnTzvYvHxw
-4VTsHxl8/RlS/FP0xpt2RGYI7vc2cTgKprBG0woF58BZQIgQubpE0H2b
------END PRIVATE KEY-----)";
-
-/// The gateway's credentials, the EAP-TLS trust store and the users, made once.
-struct Material {
-	std::shared_ptr<const Credentials> credentials;
-	std::shared_ptr<const TrustStore> trust;
+/// The gateway's credentials (tests/fuzz/fuzz_ike_pki.hpp: also the CA
+/// EAP-TLS clients would need) and the users, made once.
+struct Material : fuzz::GatewayPki {
 	std::shared_ptr<const Users> users;
-	Material() {
-		std::string err;
-		credentials = Credentials::load(kCertPem, kKeyPem, "", err);
-		const std::string_view cas[] = {kCertPem};
-		trust = TrustStore::load(cas, {}, err);
-		if (!credentials || !trust) {
-			std::fprintf(stderr, "fuzz-ike_eap: test credentials: %s\n", err.c_str());
-			std::abort();
-		}
+	Material() : GatewayPki("fuzz-ike_eap") {
 		auto u = std::make_shared<Users>();
 		u->emplace("carol",
 		           User{eap::nt_password_hash("a password the fuzzer does not know"), {}, {}});
