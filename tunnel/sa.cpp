@@ -104,9 +104,20 @@ std::vector<Peer*> PeerChange::added() const {
 	return out;
 }
 
-SaTable::SaTable(const std::vector<PeerParams>& params, size_t workers) : workers_(workers) {
+SaTable::SaTable(const std::vector<PeerParams>& params, size_t workers, size_t max_spi_slots)
+    : workers_(workers), max_spi_slots_(max_spi_slots) {
 	if (workers == 0) throw std::invalid_argument("an SA table needs at least one worker");
+	if (max_spi_slots < kMinSpiSlots || max_spi_slots > kMaxSpiSlots ||
+	    (max_spi_slots & (max_spi_slots - 1)) != 0)
+		throw std::invalid_argument("SA table: at most " + std::to_string(max_spi_slots) +
+		                            " SPI slots is not a power of two from " +
+		                            std::to_string(kMinSpiSlots) + " to " +
+		                            std::to_string(kMaxSpiSlots));
 	active_ = std::make_unique<ActiveEpoch[]>(workers);
+	slots_owned_ = std::make_unique<SpiSlots>(kMinSpiSlots);
+	slots_.store(slots_owned_.get(), std::memory_order_relaxed);
+	slot_state_.assign(kMinSpiSlots, SlotState::free);
+	slot_spi_.assign(kMinSpiSlots, 0);
 	set_owned_ = std::make_unique<PeerSet>();
 	set_.store(set_owned_.get(), std::memory_order_relaxed);
 	// Visible to the workers through their creation, which comes later.
@@ -180,9 +191,9 @@ PeerChange SaTable::prepare_peers(std::span<const std::string> remove,
 		Peer* peer = all[i];
 		if (peer->in) {
 			const uint32_t spi = peer->in->spi;
-			const size_t slot = spi & (kSpiSlots - 1);
+			const size_t i_slot = slot_of(spi);
 			if (!set.by_spi.emplace(spi, peer->in.get()).second ||
-			    (slot_state_[slot] != SlotState::free && slot_spi_[slot] == spi))
+			    (slot_state_[i_slot] != SlotState::free && slot_spi_[i_slot] == spi))
 				throw std::invalid_argument("peer " + peer->name + ": inbound SPI " +
 				                            std::to_string(spi) +
 				                            " is already used by another peer");
@@ -207,9 +218,10 @@ PeerChange SaTable::prepare_peers(std::span<const std::string> remove,
 /// them; room in retired_ is reserved by the caller. Under control_.
 void SaTable::unpublish_run_time_sas(Peer& peer) {
 	for (auto& sa : peer.run_in_) {
-		const size_t slot = sa->spi & (kSpiSlots - 1);
-		slots_[slot].store(nullptr, std::memory_order_seq_cst); // c1 (enter() in this file)
-		slot_state_[slot] = SlotState::free;
+		const size_t i = slot_of(sa->spi);
+		slot(i).store(nullptr, std::memory_order_seq_cst); // c1 (enter() in this file)
+		slot_state_[i] = SlotState::free;
+		slots_in_use_--;
 		retire(&peer, nullptr, std::move(sa));
 	}
 	peer.run_in_.clear();
@@ -234,13 +246,13 @@ void SaTable::commit_peers(PeerChange change) {
 	// only through the set).
 	set_.store(change.set_.get(), std::memory_order_seq_cst);
 	std::unique_ptr<PeerSet> old_set = std::exchange(set_owned_, std::move(change.set_));
-	retire(Retired{0, nullptr, nullptr, nullptr, nullptr, std::move(old_set)});
+	retire(Retired{0, nullptr, nullptr, nullptr, nullptr, std::move(old_set), nullptr});
 	for (Peer* p : change.removed_) {
 		auto it =
 		    std::find_if(peers_.begin(), peers_.end(), [&](const auto& q) { return q.get() == p; });
 		std::unique_ptr<Peer> owned = std::move(*it);
 		peers_.erase(it);
-		retire(Retired{0, nullptr, nullptr, nullptr, std::move(owned), nullptr});
+		retire(Retired{0, nullptr, nullptr, nullptr, std::move(owned), nullptr, nullptr});
 	}
 	for (auto& p : change.added_)
 		peers_.push_back(std::move(p));
@@ -283,36 +295,77 @@ void SaTable::enter(size_t worker) const noexcept {
 
 uint32_t SaTable::allocate_spi() {
 	if (std::optional<uint32_t> spi = try_allocate_spi()) return *spi;
-	throw std::runtime_error("no inbound SPI left: all " + std::to_string(kSpiSlots) +
+	throw std::runtime_error("no inbound SPI left: all " + std::to_string(spi_slots()) +
 	                         " run-time SA slots are installed or reserved");
 }
 
 std::optional<uint32_t> SaTable::try_allocate_spi() {
 	std::lock_guard lock(control_);
-	const size_t start = random_() % kSpiSlots;
-	for (size_t i = 0; i < kSpiSlots; i++) {
-		const size_t slot = (start + i) % kSpiSlots;
-		if (slot_state_[slot] != SlotState::free) continue;
+	// At most half the slots taken: a random start finds a free one within
+	// a few steps. At the maximum size the rest fills up too.
+	if (2 * (slots_in_use_ + 1) > slot_state_.size() && grow_slots()) collect_locked();
+	const size_t n = slot_state_.size();
+	const size_t start = random_() % n;
+	for (size_t k = 0; k < n; k++) {
+		const size_t i = (start + k) & (n - 1);
+		if (slot_state_[i] != SlotState::free) continue;
 		// Random high bits, so SPIs are not predictable from one another. A
 		// few tries get past the reserved range (only slots below 256 with
 		// zero high bits) and the static SPIs; then the next slot.
 		for (int attempt = 0; attempt < 16; attempt++) {
-			const uint32_t spi =
-			    (uint32_t(random_()) & ~uint32_t(kSpiSlots - 1)) | uint32_t(slot);
+			const uint32_t spi = (uint32_t(random_()) & ~uint32_t(n - 1)) | uint32_t(i);
 			if (spi < kMinSpi || set_owned_->by_spi.count(spi)) continue;
-			slot_state_[slot] = SlotState::reserved;
-			slot_spi_[slot] = spi;
+			slot_state_[i] = SlotState::reserved;
+			slot_spi_[i] = spi;
+			slots_in_use_++;
 			return spi;
 		}
 	}
 	return std::nullopt;
 }
 
+bool SaTable::grow_slots() noexcept {
+	const size_t n = slot_state_.size();
+	if (2 * n > max_spi_slots_) return false;
+	const size_t m = 2 * n;
+	try {
+		auto next = std::make_unique<SpiSlots>(m);
+		std::vector<SlotState> state(m, SlotState::free);
+		std::vector<uint32_t> spis(m, 0);
+		reserve_retired(); // the last allocation: nothing below throws
+		// The low bits of the SPIs in use were unique among n slots, so
+		// they are among m: each keeps a slot of its own.
+		for (size_t i = 0; i < n; i++) {
+			if (slot_state_[i] == SlotState::free) continue;
+			const size_t j = slot_spi_[i] & (m - 1);
+			state[j] = slot_state_[i];
+			spis[j] = slot_spi_[i];
+			next->slot[j].store(slot(i).load(std::memory_order_relaxed),
+			                    std::memory_order_relaxed);
+		}
+		// Release (seq_cst includes it): a worker that loads the new array
+		// sees it filled. c1 for the old array (enter() in this file): a
+		// worker may still read it for the packet in hand, and an SA removed
+		// later from the new array stays findable there; such a worker
+		// announced an epoch before this retirement, so it also holds back
+		// the SA's own, later one.
+		slots_.store(next.get(), std::memory_order_seq_cst);
+		retire(Retired{0, nullptr, nullptr, nullptr, nullptr, nullptr,
+		               std::exchange(slots_owned_, std::move(next))});
+		slot_state_.swap(state);
+		slot_spi_.swap(spis);
+		return true;
+	} catch (const std::bad_alloc&) {
+		return false; // the array stays as it is: allocation refuses when it is full
+	}
+}
+
 bool SaTable::release_spi(uint32_t spi) {
 	std::lock_guard lock(control_);
-	const size_t slot = spi & (kSpiSlots - 1);
-	if (slot_state_[slot] != SlotState::reserved || slot_spi_[slot] != spi) return false;
-	slot_state_[slot] = SlotState::free;
+	const size_t i = slot_of(spi);
+	if (slot_state_[i] != SlotState::reserved || slot_spi_[i] != spi) return false;
+	slot_state_[i] = SlotState::free;
+	slots_in_use_--;
 	return true;
 }
 
@@ -339,8 +392,8 @@ std::vector<std::unique_ptr<crypto::EspTransform>> SaTable::make_transforms(cons
 InboundSa* SaTable::install_inbound(Peer& peer, const ChildSaKeys& keys) {
 	std::lock_guard lock(control_);
 	check_dynamic_peer(peer, "install_inbound");
-	const size_t slot = keys.spi & (kSpiSlots - 1);
-	if (slot_state_[slot] != SlotState::reserved || slot_spi_[slot] != keys.spi)
+	const size_t i = slot_of(keys.spi);
+	if (slot_state_[i] != SlotState::reserved || slot_spi_[i] != keys.spi)
 		throw std::invalid_argument("install_inbound: peer " + peer.name + ": SPI " +
 		                            spi_text(keys.spi) + " was not reserved by allocate_spi()");
 	auto sa = std::make_unique<InboundSa>(keys.replay_window, keys.esn);
@@ -351,10 +404,10 @@ InboundSa* SaTable::install_inbound(Peer& peer, const ChildSaKeys& keys) {
 	sa->local = keys.local;
 	InboundSa* raw = sa.get();
 	peer.run_in_.push_back(std::move(sa));
-	slot_state_[slot] = SlotState::installed;
+	slot_state_[i] = SlotState::installed;
 	// Release (seq_cst includes it): a worker that loads the pointer sees the
 	// SA fully built.
-	slots_[slot].store(raw, std::memory_order_seq_cst);
+	slot(i).store(raw, std::memory_order_seq_cst);
 	collect_locked();
 	return raw;
 }
@@ -381,17 +434,18 @@ OutboundSa* SaTable::install_outbound(Peer& peer, const ChildSaKeys& keys) {
 
 bool SaTable::remove_inbound(uint32_t spi) {
 	std::lock_guard lock(control_);
-	const size_t slot = spi & (kSpiSlots - 1);
-	if (slot_state_[slot] != SlotState::installed || slot_spi_[slot] != spi) return false;
-	InboundSa* sa = slots_[slot].load(std::memory_order_relaxed);
+	const size_t i = slot_of(spi);
+	if (slot_state_[i] != SlotState::installed || slot_spi_[i] != spi) return false;
+	InboundSa* sa = slot(i).load(std::memory_order_relaxed);
 	Peer* peer = sa->peer;
 	auto it = std::find_if(peer->run_in_.begin(), peer->run_in_.end(),
 	                       [&](const auto& p) { return p.get() == sa; });
 	reserve_retired();
 	std::unique_ptr<InboundSa> owned = std::move(*it);
 	peer->run_in_.erase(it);
-	slots_[slot].store(nullptr, std::memory_order_seq_cst); // c1 (enter() in this file)
-	slot_state_[slot] = SlotState::free;
+	slot(i).store(nullptr, std::memory_order_seq_cst); // c1 (enter() in this file)
+	slot_state_[i] = SlotState::free;
+	slots_in_use_--;
 	retire(peer, nullptr, std::move(owned));
 	collect_locked();
 	return true;
@@ -417,7 +471,7 @@ void SaTable::reserve_retired(size_t more) {
 /// retire() - queue an SA that was just unpublished for collect(); the
 /// caller reserved room in retired_, so this cannot throw.
 void SaTable::retire(Peer* peer, std::unique_ptr<OutboundSa> out, std::unique_ptr<InboundSa> in) {
-	retire(Retired{0, peer, std::move(out), std::move(in), nullptr, nullptr});
+	retire(Retired{0, peer, std::move(out), std::move(in), nullptr, nullptr, nullptr});
 }
 
 void SaTable::retire(Retired r) {
@@ -456,6 +510,7 @@ size_t SaTable::collect_locked() {
 		r.in.reset();
 		r.removed_peer.reset();
 		r.old_set.reset();
+		r.old_slots.reset();
 		freed++;
 	}
 	retired_.resize(kept);
@@ -465,6 +520,16 @@ size_t SaTable::collect_locked() {
 size_t SaTable::retired() const {
 	std::lock_guard lock(control_);
 	return retired_.size();
+}
+
+size_t SaTable::spi_slots() const {
+	std::lock_guard lock(control_);
+	return slot_state_.size();
+}
+
+size_t SaTable::spis_in_use() const {
+	std::lock_guard lock(control_);
+	return slots_in_use_;
 }
 
 PeerSaInfo SaTable::sa_info(const Peer& peer) const {

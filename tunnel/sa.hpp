@@ -10,9 +10,13 @@
 //
 // The data path takes no lock and allocates nothing. It finds a peer's
 // current outbound SA with one atomic load of Peer::outbound(), and an
-// inbound SA by SPI with one atomic load of a slot in a fixed array of 4096
-// (the SPI's low 12 bits pick the slot, SaTable::allocate_spi() makes them
-// unique) before the immutable map of static SPIs. Those loads are seq_cst,
+// inbound SA by SPI with two: the slot array, then the slot the SPI's low
+// bits pick (SaTable::allocate_spi() makes them unique), before the
+// immutable map of static SPIs. The array starts with 4096 slots and doubles
+// whenever half of them are taken, up to a bound (about a million): the
+// control plane copies the SAs into a twice as large array, publishes it
+// and retires the old one like an SA. Growing keeps the low bits unique (a
+// superset of them is compared), so no SA moves to a shared slot. Those loads are seq_cst,
 // which costs what acquire does (a plain load on x86-64, LDAR on ARMv8) and
 // lets the reclamation proof below do without fences. The control plane
 // builds an SA completely, then publishes it with a seq_cst (so also release)
@@ -319,15 +323,21 @@ private:
 
 class SaTable {
 public:
-	/// Slots for run-time inbound SAs, indexed by the SPI's low bits.
-	static constexpr size_t kSpiSlots = 4096;
+	/// Slots for run-time inbound SAs, indexed by the SPI's low bits: the
+	/// table starts with kMinSpiSlots and doubles when half are taken, up to
+	/// its maximum (kMaxSpiSlots unless the constructor says less).
+	static constexpr size_t kMinSpiSlots = 4096;
+	static constexpr size_t kMaxSpiSlots = size_t(1) << 20;
 	/// SPIs 1-255 are reserved by IANA, 0 for local use (RFC 4303 section 2.1).
 	static constexpr uint32_t kMinSpi = 256;
 
 	/// Builds the peers and their static SAs; throws std::invalid_argument on
 	/// keys that do not fit the cipher, duplicate SPIs or overlapping allowed_ips.
 	/// @workers: data-path threads; each SA gets a transform for each.
-	explicit SaTable(const std::vector<PeerParams>& peers, size_t workers = 1);
+	/// @max_spi_slots: the most slots the run-time SPI array grows to (a power
+	/// of two from kMinSpiSlots to kMaxSpiSlots; std::invalid_argument otherwise).
+	explicit SaTable(const std::vector<PeerParams>& peers, size_t workers = 1,
+	                 size_t max_spi_slots = kMaxSpiSlots);
 	/// Frees every SA, retired or not: the data path must have stopped.
 	~SaTable();
 	SaTable(const SaTable&) = delete;
@@ -347,12 +357,14 @@ public:
 	/**
 	 * find_inbound() - the SA receiving with @spi, or nullptr
 	 *
-	 * The run-time slot first (one seq_cst load; the SA's own SPI must match,
-	 * as SPIs that share the low bits share the slot), then the static map.
-	 * A run-time SA found stays valid until the worker's next leave().
+	 * The run-time slot first (two seq_cst loads, the array and the slot; the
+	 * SA's own SPI must match, as SPIs that share the low bits share the
+	 * slot), then the static map. A run-time SA found stays valid until the
+	 * worker's next leave().
 	 */
 	InboundSa* find_inbound(uint32_t spi) const noexcept {
-		InboundSa* sa = slots_[spi & (kSpiSlots - 1)].load(std::memory_order_seq_cst);
+		const SpiSlots* slots = slots_.load(std::memory_order_seq_cst);
+		InboundSa* sa = slots->slot[spi & slots->mask].load(std::memory_order_seq_cst);
 		if (sa && sa->spi == spi) return sa;
 		const PeerSet* set = set_.load(std::memory_order_seq_cst);
 		if (set->by_spi.empty()) return nullptr;
@@ -393,8 +405,9 @@ public:
 	 *
 	 * A free slot at random, with random high bits: at least kMinSpi, never a
 	 * static SPI, never one installed or reserved. Install it with
-	 * install_inbound() or give it back with release_spi().
-	 * Throws std::runtime_error when all kSpiSlots slots are taken.
+	 * install_inbound() or give it back with release_spi(). The slot array
+	 * doubles first when half of it is taken and it may still grow.
+	 * Throws std::runtime_error when every slot of the largest array is taken.
 	 */
 	uint32_t allocate_spi();
 
@@ -471,14 +484,25 @@ public:
 
 	/// Retired SAs waiting for collect() (for tests and status).
 	size_t retired() const;
+	/// spi_slots() - the size of the run-time SPI array now
+	size_t spi_slots() const;
+	/// spis_in_use() - run-time SPIs reserved or installed
+	size_t spis_in_use() const;
 
 	/// sa_info() - @peer's SAs and totals, copied under the control mutex.
 	PeerSaInfo sa_info(const Peer& peer) const;
 
 private:
 	enum class SlotState : uint8_t { free, reserved, installed };
-	/// A retired SA (one of the two), peer or peer set, and the epoch when
-	/// it was unpublished.
+	/// The run-time SPI array the data path reads: a power of two of slots.
+	struct SpiSlots {
+		explicit SpiSlots(size_t n)
+		    : mask(n - 1), slot(std::make_unique<std::atomic<InboundSa*>[]>(n)) {}
+		size_t mask;
+		std::unique_ptr<std::atomic<InboundSa*>[]> slot; ///< value-initialized: nullptr
+	};
+	/// A retired SA (one of the two), peer, peer set or slot array, and the
+	/// epoch when it was unpublished.
 	struct Retired {
 		uint64_t epoch;
 		Peer* peer;
@@ -486,6 +510,7 @@ private:
 		std::unique_ptr<InboundSa> in;
 		std::unique_ptr<Peer> removed_peer;
 		std::unique_ptr<PeerSet> old_set;
+		std::unique_ptr<SpiSlots> old_slots;
 	};
 	/// One worker's announcement, alone on its cache line: each worker
 	/// writes its own twice per batch, and must not slow the others down.
@@ -502,6 +527,13 @@ private:
 	void retire(Retired r);
 	void unpublish_run_time_sas(Peer& peer);
 	size_t collect_locked();
+	/// grow_slots() - double the SPI array (under control_); false at the
+	/// maximum or when memory for it cannot be had
+	bool grow_slots() noexcept;
+	/// The slot of @spi in the current array (control plane).
+	size_t slot_of(uint32_t spi) const noexcept { return spi & (slot_state_.size() - 1); }
+	/// The current array's slot @i, for the control plane's stores.
+	std::atomic<InboundSa*>& slot(size_t i) noexcept { return slots_owned_->slot[i]; }
 
 	size_t workers_;
 	std::vector<std::unique_ptr<Peer>> peers_; ///< control plane only
@@ -510,13 +542,16 @@ private:
 	AddressPool pool_;
 
 	/// Run-time inbound SAs, published by the control plane, read by workers.
-	std::array<std::atomic<InboundSa*>, kSpiSlots> slots_{};
+	std::atomic<const SpiSlots*> slots_{nullptr};
+	std::unique_ptr<SpiSlots> slots_owned_; ///< what slots_ points to
+	size_t max_spi_slots_;
 	alignas(64) std::atomic<uint64_t> epoch_{1}; ///< bumped at every retirement
 	std::unique_ptr<ActiveEpoch[]> active_;      ///< one per worker
 
 	mutable std::mutex control_; ///< everything below, and the peers' run-time SA lists
-	std::array<SlotState, kSpiSlots> slot_state_{};
-	std::array<uint32_t, kSpiSlots> slot_spi_{}; ///< the reserved or installed SPI
+	std::vector<SlotState> slot_state_;
+	std::vector<uint32_t> slot_spi_; ///< the reserved or installed SPI
+	size_t slots_in_use_ = 0;        ///< slots not free
 	std::vector<Retired> retired_;
 	std::random_device random_;
 };

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <doctest/doctest.h>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -130,23 +132,26 @@ TEST_CASE("the drop reasons all have distinct names, no_sa among them") {
 	CHECK(names.count("no_sa") == 1);
 }
 
+constexpr size_t kSpiSlots = tunnel::SaTable::kMinSpiSlots;
+
 TEST_CASE("allocate_spi: unique, >= 256, never static; release frees; a full table throws") {
-	// A static peer (SPIs in the by-SPI map) next to one keyed at run time.
+	// A static peer (SPIs in the by-SPI map) next to one keyed at run time,
+	// in a table that may not grow past its first array.
 	test::LinkOptions o;
-	tunnel::SaTable t({test::peer_entry(kSiteA, kSiteB, o), dynamic_peer(kSiteC)});
+	tunnel::SaTable t({test::peer_entry(kSiteA, kSiteB, o), dynamic_peer(kSiteC)}, 1, kSpiSlots);
 	const uint32_t static_spi = test::spi_of(kSiteA, kSiteB);
 	std::set<uint32_t> spis;
 	std::set<size_t> slots;
-	for (size_t i = 0; i < tunnel::SaTable::kSpiSlots; i++) {
+	for (size_t i = 0; i < kSpiSlots; i++) {
 		const uint32_t spi = t.allocate_spi();
 		CHECK(spi >= tunnel::SaTable::kMinSpi);
 		CHECK(spi != static_spi);
 		CHECK(t.find_inbound(spi) == nullptr); // reserved, not receiving yet
 		spis.insert(spi);
-		slots.insert(spi & (tunnel::SaTable::kSpiSlots - 1));
+		slots.insert(spi & (kSpiSlots - 1));
 	}
-	CHECK(spis.size() == tunnel::SaTable::kSpiSlots);
-	CHECK(slots.size() == tunnel::SaTable::kSpiSlots);
+	CHECK(spis.size() == kSpiSlots);
+	CHECK(slots.size() == kSpiSlots);
 	CHECK_THROWS_AS(t.allocate_spi(), std::runtime_error);
 	CHECK(!t.try_allocate_spi()); // the IKE service's path: a refusal, not an exception
 	CHECK(t.find_inbound(static_spi) == t.peers()[0]->in.get()); // static SPIs are unaffected
@@ -156,7 +161,7 @@ TEST_CASE("allocate_spi: unique, >= 256, never static; release frees; a full tab
 	CHECK(!t.release_spi(some)); // not reserved any more
 	CHECK(!t.release_spi(static_spi));
 	const uint32_t again = t.allocate_spi(); // the only free slot
-	CHECK((again & (tunnel::SaTable::kSpiSlots - 1)) == (some & (tunnel::SaTable::kSpiSlots - 1)));
+	CHECK((again & (kSpiSlots - 1)) == (some & (kSpiSlots - 1)));
 	CHECK(again >= tunnel::SaTable::kMinSpi);
 	CHECK_THROWS_AS(t.allocate_spi(), std::runtime_error);
 	CHECK(!t.try_allocate_spi());
@@ -171,19 +176,18 @@ TEST_CASE("allocate_spi: unique, >= 256, never static; release frees; a full tab
 	CHECK(!t.remove_inbound(again));
 	CHECK(t.find_inbound(again) == nullptr);
 	const uint32_t third = t.allocate_spi();
-	CHECK((third & (tunnel::SaTable::kSpiSlots - 1)) == (again & (tunnel::SaTable::kSpiSlots - 1)));
+	CHECK((third & (kSpiSlots - 1)) == (again & (kSpiSlots - 1)));
 }
 
 TEST_CASE("a run-time SPI sharing its slot with a static SPI: each finds its own SA") {
 	test::LinkOptions o;
-	tunnel::SaTable t({test::peer_entry(kSiteA, kSiteB, o), dynamic_peer(kSiteC)});
+	tunnel::SaTable t({test::peer_entry(kSiteA, kSiteB, o), dynamic_peer(kSiteC)}, 1, kSpiSlots);
 	const uint32_t static_spi = test::spi_of(kSiteA, kSiteB);
 	std::vector<uint32_t> all;
-	for (size_t i = 0; i < tunnel::SaTable::kSpiSlots; i++)
+	for (size_t i = 0; i < kSpiSlots; i++)
 		all.push_back(t.allocate_spi());
 	const auto twin = std::find_if(all.begin(), all.end(), [&](uint32_t s) {
-		return (s & (tunnel::SaTable::kSpiSlots - 1)) ==
-		       (static_spi & (tunnel::SaTable::kSpiSlots - 1));
+		return (s & (kSpiSlots - 1)) == (static_spi & (kSpiSlots - 1));
 	});
 	REQUIRE(twin != all.end());
 	test::Rng rng(4);
@@ -467,6 +471,118 @@ TEST_CASE("rekeying 60 times while two workers forward: no packet lost, SPIs in 
 	REQUIRE(b_info.in.size() == 1);
 	CHECK(b_info.in[0].spi == spis.back());
 	CHECK(link.b.find_inbound(spis.front()) == nullptr);
+}
+
+TEST_CASE("the SPI array doubles when half of it is taken, up to its maximum; SPIs stay unique") {
+	constexpr size_t kMax = 4 * kSpiSlots;
+	tunnel::SaTable t({dynamic_peer(kSiteC)}, 1, kMax);
+	CHECK(t.spi_slots() == kSpiSlots);
+	std::set<uint32_t> spis;
+	size_t n = 0;
+	while (std::optional<uint32_t> spi = t.try_allocate_spi()) {
+		spis.insert(*spi);
+		n++;
+		// Half full at most while it may still grow, then it fills up.
+		if (n <= kMax / 2) CHECK(t.spi_slots() >= 2 * n);
+		if (n == kSpiSlots / 2) CHECK(t.spi_slots() == kSpiSlots);
+		if (n == kSpiSlots / 2 + 1) CHECK(t.spi_slots() == 2 * kSpiSlots);
+		REQUIRE(n <= kMax);
+	}
+	CHECK(n == kMax); // every slot of the largest array
+	CHECK(spis.size() == kMax);
+	std::set<uint32_t> low;
+	for (uint32_t spi : spis)
+		low.insert(spi & uint32_t(kMax - 1));
+	CHECK(low.size() == kMax); // one slot each in the last array
+	CHECK(t.spis_in_use() == kMax);
+	CHECK_THROWS_AS(t.allocate_spi(), std::runtime_error);
+	// Three arrays were replaced; nothing holds them.
+	CHECK(t.collect() == 0); // freed as they were retired (no worker entered)
+	CHECK(t.retired() == 0);
+	CHECK_THROWS_AS(tunnel::SaTable({dynamic_peer(kSiteC)}, 1, 3 * kSpiSlots), std::invalid_argument);
+	CHECK_THROWS_AS(tunnel::SaTable({dynamic_peer(kSiteC)}, 1, kSpiSlots / 2), std::invalid_argument);
+}
+
+TEST_CASE("100,000 inbound SAs installed and removed while two workers look them up") {
+	// The workers look up SPIs as they are published, across every doubling
+	// of the array (4096 -> 262144 slots), then while they are removed: each
+	// SA found must be the one asked for (a freed one would be caught by
+	// ASan in the sanitizer build), and none may be missed while installed.
+	constexpr size_t kSas = 100000;
+	tunnel::SaTable t({dynamic_peer(kSiteC)}, 2);
+	tunnel::Peer& c = *t.peers()[0];
+	std::vector<std::atomic<uint32_t>> published(kSas);
+	std::atomic<size_t> count{0};
+	std::atomic<bool> stop{false}, removing{false};
+	struct Seen {
+		uint64_t lookups = 0, found = 0, wrong = 0, missed = 0;
+	};
+	std::array<Seen, 2> seen{};
+	auto worker = [&](size_t w) {
+		uint64_t x = 0x9e3779b97f4a7c15ull * (w + 1);
+		while (!stop.load(std::memory_order_acquire)) {
+			t.enter(w);
+			const size_t n = count.load(std::memory_order_acquire);
+			for (int k = 0; k < 64 && n > 0; k++) {
+				x ^= x << 13;
+				x ^= x >> 7;
+				x ^= x << 17;
+				const uint32_t spi = published[x % n].load(std::memory_order_relaxed);
+				const tunnel::InboundSa* sa = t.find_inbound(spi);
+				seen[w].lookups++;
+				if (!sa) {
+					// Missed, unless removal had begun: removing is set
+					// before the first removal, and all three (the flag,
+					// the slot's store, this load) are seq_cst.
+					if (!removing.load(std::memory_order_seq_cst)) seen[w].missed++;
+					continue;
+				}
+				seen[w].found++;
+				if (sa->spi != spi || sa->peer != &c) seen[w].wrong++;
+			}
+			t.leave(w);
+			// Like a worker between batches: the control thread gets the CPU too.
+			std::this_thread::sleep_for(std::chrono::microseconds(50));
+		}
+	};
+	std::thread w0(worker, 0), w1(worker, 1);
+	test::Rng rng(100000);
+	for (size_t i = 0; i < kSas; i++) {
+		const uint32_t spi = t.allocate_spi();
+		t.install_inbound(c, child_keys(spi, crypto::Cipher::aes128_gcm, rng, 64));
+		published[i].store(spi, std::memory_order_relaxed);
+		count.store(i + 1, std::memory_order_release);
+	}
+	const size_t slots = t.spi_slots();
+	size_t found = 0;
+	for (size_t i = 0; i < kSas; i++) {
+		const uint32_t spi = published[i].load(std::memory_order_relaxed);
+		const tunnel::InboundSa* sa = t.find_inbound(spi);
+		found += sa && sa->spi == spi;
+	}
+	removing.store(true, std::memory_order_seq_cst);
+	size_t removed = 0;
+	for (size_t i = 0; i < kSas; i++)
+		removed += t.remove_inbound(published[i].load(std::memory_order_relaxed));
+	std::this_thread::sleep_for(std::chrono::milliseconds(20));
+	stop.store(true, std::memory_order_release);
+	w0.join();
+	w1.join();
+	t.collect();
+
+	CHECK(found == kSas);
+	CHECK(removed == kSas);
+	CHECK(slots == 262144); // doubled while more than half would be taken
+	CHECK(t.spis_in_use() == 0);
+	CHECK(t.retired() == 0);
+	for (size_t w = 0; w < 2; w++) {
+		CAPTURE(w);
+		CHECK(seen[w].lookups > 0);
+		CHECK(seen[w].found > 0);
+		CHECK(seen[w].wrong == 0);
+		CHECK(seen[w].missed == 0);
+	}
+	MESSAGE("lookups by the two workers: " << seen[0].lookups + seen[1].lookups);
 }
 
 } // namespace
