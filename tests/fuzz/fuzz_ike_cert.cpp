@@ -36,6 +36,7 @@
 //   fuzz-ike_cert -write_seeds=DIR
 #define DOCTEST_CONFIG_DISABLE // the shared test helpers' checks are not this program's
 #include "tests/fuzz/fuzz_ike_pki.hpp"
+#include "tests/fuzz/fuzz_seeds.hpp"
 #include "tests/unit/ike/raw_peer_test_util.hpp"
 
 #include <openssl/bio.h>
@@ -44,7 +45,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 using namespace esptun;
@@ -146,12 +146,6 @@ struct Bench {
 	}
 };
 
-std::vector<uint8_t> frame(uint8_t ctl, std::vector<uint8_t> bytes = {}) {
-	std::vector<uint8_t> out{ctl, uint8_t(bytes.size() >> 8), uint8_t(bytes.size())};
-	out.insert(out.end(), bytes.begin(), bytes.end());
-	return out;
-}
-
 /// Plausible IKE_AUTH requests: the trusted certificate with a signature
 /// of each shape, a certificate that is not DER, a CERTREQ alone.
 void write_seeds(const std::string& dir) {
@@ -168,7 +162,8 @@ void write_seeds(const std::string& dir) {
 	certreq.resize(21, 0x11); // one SHA-1 key hash
 	std::vector<uint8_t> der = material().cert_der;
 	der[der.size() / 2] ^= 0x40; // the trusted certificate with a flipped bit
-	const std::vector<std::pair<std::string, std::vector<std::vector<uint8_t>>>> seeds = {
+	using fuzz::frame;
+	const std::vector<fuzz::Seed> seeds = {
 	    {"trusted_ecdsa", {{0}, frame(2), frame(3, certreq), frame(4, ecdsa_auth)}},
 	    {"trusted_rsa_method", {{0}, frame(2), frame(5, rsa_auth)}},
 	    {"flipped_cert", {{0}, frame(1, der), frame(4, ecdsa_auth)}},
@@ -182,23 +177,13 @@ void write_seeds(const std::string& dir) {
 	      frame(2),
 	      frame(4, ecdsa_auth)}},
 	};
-	for (const auto& [name, parts] : seeds) {
-		std::vector<uint8_t> bytes;
-		for (const auto& p : parts)
-			bytes.insert(bytes.end(), p.begin(), p.end());
-		std::ofstream(dir + "/" + name, std::ios::binary)
-		    .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-	}
+	fuzz::write_seed_files(dir, seeds);
 }
 
 } // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-	for (int i = 1; i < *argc; i++)
-		if (std::strncmp((*argv)[i], "-write_seeds=", 13) == 0) {
-			write_seeds((*argv)[i] + 13);
-			std::exit(0);
-		}
+	fuzz::write_seeds_if_asked(*argc, *argv, write_seeds);
 	(void)material();
 	return 0;
 }

@@ -27,12 +27,12 @@
 #define DOCTEST_CONFIG_DISABLE // the shared test helpers' checks are not this program's
 #include "ike/eap_mschapv2.hpp"
 #include "tests/fuzz/fuzz_ike_pki.hpp"
+#include "tests/fuzz/fuzz_seeds.hpp"
 #include "tests/unit/ike/raw_peer_test_util.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 using namespace esptun;
@@ -135,12 +135,6 @@ struct Bench {
 	}
 };
 
-std::vector<uint8_t> frame(uint8_t ctl, std::vector<uint8_t> bytes) {
-	std::vector<uint8_t> out{ctl, uint8_t(bytes.size() >> 8), uint8_t(bytes.size())};
-	out.insert(out.end(), bytes.begin(), bytes.end());
-	return out;
-}
-
 /// Plausible conversations: an identity, then each method's first answer.
 void write_seeds(const std::string& dir) {
 	std::vector<uint8_t> identity{eap::type::identity, 'c', 'a', 'r', 'o', 'l'};
@@ -153,7 +147,8 @@ void write_seeds(const std::string& dir) {
 	// EAP-TLS: an empty acknowledgement and a ClientHello-sized record.
 	std::vector<uint8_t> tls_ack{eap::type::tls, 0};
 	std::vector<uint8_t> tls_hello{eap::type::tls, 0, 0x16, 3, 3, 0, 4, 1, 0, 0, 0};
-	const std::vector<std::pair<std::string, std::vector<std::vector<uint8_t>>>> seeds = {
+	using fuzz::frame;
+	const std::vector<fuzz::Seed> seeds = {
 	    {"ms_identity", {{0}, frame(1, identity)}},
 	    {"ms_response", {{0}, frame(1, identity), frame(1, ms)}},
 	    {"ms_auth_early", {{0}, frame(1, identity), frame(2, std::vector<uint8_t>(32, 7))}},
@@ -161,23 +156,13 @@ void write_seeds(const std::string& dir) {
 	    {"tls_hello", {{1}, frame(1, identity), frame(1, tls_hello), frame(1, tls_ack)}},
 	    {"raw_eap", {{0}, frame(0, {2, 0, 0, 5, 1})}},
 	};
-	for (const auto& [name, parts] : seeds) {
-		std::vector<uint8_t> bytes;
-		for (const auto& p : parts)
-			bytes.insert(bytes.end(), p.begin(), p.end());
-		std::ofstream(dir + "/" + name, std::ios::binary)
-		    .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-	}
+	fuzz::write_seed_files(dir, seeds);
 }
 
 } // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-	for (int i = 1; i < *argc; i++)
-		if (std::strncmp((*argv)[i], "-write_seeds=", 13) == 0) {
-			write_seeds((*argv)[i] + 13);
-			std::exit(0);
-		}
+	fuzz::write_seeds_if_asked(*argc, *argv, write_seeds);
 	(void)material();
 	return 0;
 }

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-namespace esptun::ike::fuzz {
+namespace esptun::fuzz {
 
 constexpr const char* kCertPem = R"(-----BEGIN CERTIFICATE-----
 MIIBzzCCAXWgAwIBAgITaLGJ1YTZmFowsF/3IzRh9SGwtTAKBggqhkjOPQQDAjAv
@@ -35,13 +35,13 @@ MxH54y5lx0zgHKfkcjjADHbvVw+hRANCAASQvN3OdB4+VWUX+VBMGKXnTzvYvHxw
 /// The gateway's credentials and a trust store holding its certificate as
 /// the only CA. Aborts (naming @who) if OpenSSL refuses them.
 struct GatewayPki {
-	std::shared_ptr<const Credentials> credentials;
-	std::shared_ptr<const TrustStore> trust;
+	std::shared_ptr<const ike::Credentials> credentials;
+	std::shared_ptr<const ike::TrustStore> trust;
 	explicit GatewayPki(const char* who) {
 		std::string err;
-		credentials = Credentials::load(kCertPem, kKeyPem, "", err);
+		credentials = ike::Credentials::load(kCertPem, kKeyPem, "", err);
 		const std::string_view cas[] = {kCertPem};
-		if (credentials) trust = TrustStore::load(cas, {}, err);
+		if (credentials) trust = ike::TrustStore::load(cas, {}, err);
 		if (!credentials || !trust) {
 			std::fprintf(stderr, "%s: test credentials: %s\n", who, err.c_str());
 			std::abort();
@@ -49,4 +49,4 @@ struct GatewayPki {
 	}
 };
 
-} // namespace esptun::ike::fuzz
+} // namespace esptun::fuzz

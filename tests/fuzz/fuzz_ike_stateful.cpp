@@ -22,11 +22,11 @@
 // Seeds: tests/fuzz/corpus/ike_stateful/, written by this binary:
 //   fuzz-ike_stateful -write_seeds=DIR
 #define DOCTEST_CONFIG_DISABLE // the shared test helpers' checks are not this program's
+#include "tests/fuzz/fuzz_seeds.hpp"
 #include "tests/unit/ike/raw_peer_test_util.hpp"
 
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 using namespace esptun;
@@ -155,21 +155,16 @@ void write_seeds(const std::string& dir) {
 	    {"delete_ike", {del_ike}},
 	    {"mixed", {liveness, new_child, rekey_child, del_child, liveness}},
 	};
-	for (const auto& [name, msgs] : seeds) {
-		const std::vector<uint8_t> bytes = encode_input(msgs);
-		std::ofstream(dir + "/" + name, std::ios::binary)
-		    .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-	}
+	std::vector<fuzz::Seed> files;
+	for (const auto& [name, msgs] : seeds)
+		files.push_back({name, {encode_input(msgs)}});
+	fuzz::write_seed_files(dir, files);
 }
 
 } // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-	for (int i = 1; i < *argc; i++)
-		if (std::strncmp((*argv)[i], "-write_seeds=", 13) == 0) {
-			write_seeds((*argv)[i] + 13);
-			std::exit(0);
-		}
+	fuzz::write_seeds_if_asked(*argc, *argv, write_seeds);
 	return 0;
 }
 
