@@ -71,10 +71,11 @@ def gateway_peer(d, pki, cert, remote_id, method="eap-mschapv2", **extra):
     esptun_conf.render_ike_config) of an esptun-gateway that signs with
     @cert (chain: @pki's intermediate, files written to @d) and
     authenticates the user whose IKE identity is @remote_id by @method:
-    EAP-MSCHAPv2 against write_users(), or EAP-TLS against d/ca. @extra:
+    EAP-MSCHAPv2 against write_users(), EAP-TLS or a certificate ("cert")
+    against d/ca. @extra:
     further keys (ike_proposals, allow_weak, rekey_time, ...; None leaves
     one out)."""
-    tls = method == "eap-tls"
+    tls = method in ("eap-tls", "cert")
     peer = dict(name=PEER, remote_id=remote_id, auth=method,
                 cert_file=write(os.path.join(d, "a.pem"), cert.pem()),
                 private_key_file=write(os.path.join(d, "a.key"), cert.key_pem(), 0o600),

@@ -34,6 +34,11 @@
 #     (remote auth eap-tls): as case 4.
 #  8. strongSwan road warrior with EAP-TLS and a certificate from another
 #     CA: esptun logs "unknown CA"; no SA on either side.
+#  9. strongSwan road warrior authenticating by certificate (AUTH signed
+#     with carol's ECDSA key, no EAP) -> esptun-gateway (auth = "cert"): as
+#     case 1, esptun's status naming the certificate's key and subject.
+# 10. esptun-client with its certificate (no EAP) -> strongSwan gateway
+#     (remote auth pubkey): as case 4.
 #
 # usage: test_ike_strongswan_eap.py BUILD_DIR   (root; strongSwan with
 #        libcharon-extauth-plugins, python3-cryptography)
@@ -97,6 +102,11 @@ CASES = [
     dict(num=8, kind="eap", gateway="esptun", method="tls", other_ca=True,
          title="strongSwan road warrior, EAP-TLS with a certificate of another CA: refused",
          reason="unknown CA", sw_reason=r"received fatal TLS alert 'unknown ca'"),
+    dict(num=9, kind="eap", gateway="esptun", method="cert",
+         title="strongSwan road warrior, certificate -> esptun-gateway: virtual IP, ping, 20 MB, "
+               "rekeys"),
+    dict(num=10, kind="eap", gateway="strongswan", method="cert",
+         title="esptun-client, certificate -> strongSwan gateway: virtual IP, ping, 20 MB"),
 ]
 
 
@@ -107,11 +117,12 @@ def build(ctx, idx, case):
     netns.veth(a, b, "swa", "swb", [f"{A_UL}/24"], [f"{B_UL}/24"])
     A, B = sw_pair.Site("A", a), sw_pair.Site("B", b)
     pki, cert_a, cert_b, d = make_pki(ctx.tmp, key)
-    tls = case.get("method") == "tls"
+    cert_auth = case.get("method") == "cert"
+    tls = case.get("method") == "tls" or cert_auth  # carol has a certificate
     # EAP-TLS: carol's certificate (from another CA's intermediate in case 8).
     user_pki = test_pki.Pki("Other Root") if case.get("other_ca") else pki
     cert_user = user_pki.issue_user(USER_ID, "p256") if tls else None
-    method = "eap-tls" if tls else "eap-mschapv2"
+    method = "cert" if cert_auth else "eap-tls" if tls else "eap-mschapv2"
     sfx = f"{os.getpid() % 100000}x{idx}"
     A.tun = f"ike{sfx}"
     tunnel = dict(interface=A.tun, listen=f"{A_UL}:4500" if case["gateway"] == "esptun"
@@ -130,7 +141,8 @@ def build(ctx, idx, case):
         cfg = strongswan.pair_config(
             "b", start_action="none", swanctl_dir=sw, local_id=USER_ID, remote_id="a.sw",
             local_ts="dynamic", remote_ts=f"{A_IN}/32", vips="0.0.0.0", ike_proposals=IKE,
-            esp_proposals=ESP, retransmit_tries=2, local_auth=method, remote_auth="pubkey",
+            esp_proposals=ESP, retransmit_tries=2,
+            local_auth="pubkey" if cert_auth else method, remote_auth="pubkey",
             cert="carol.pem" if tls else None,
             local_eap_id=None if tls else case.get("user", USER),
             eap_secrets=None if tls else {case.get("user", USER): case.get("password", PASSWORD)})
@@ -138,7 +150,8 @@ def build(ctx, idx, case):
         # esptun-client: logs in as carol, trusts the root for the gateway's certificate.
         tunnel.update(local_id=USER_ID)
         peer = dict(name=PEER, endpoint=f"{B_UL}:4500", allowed_ips=[f"{B_IN}/32"],
-                    remote_id="b.sw", auth=method, eap_identity=USER_ID if tls else USER,
+                    remote_id="b.sw", auth=method,
+                    eap_identity=None if cert_auth else USER_ID if tls else USER,
                     ca_dir=os.path.join(d, "ca"), ike_proposals=[IKE], esp_proposals=[ESP])
         if tls:
             peer.update(cert_file=write(os.path.join(d, "carol.pem"), cert_user.pem()),
@@ -155,7 +168,8 @@ def build(ctx, idx, case):
             "b", start_action="none", swanctl_dir=sw, cert="b.pem", local_id="b.sw",
             remote_id=USER_ID, remote_addr="%any", local_ts=f"{B_IN}/32", remote_ts="dynamic",
             ike_proposals=IKE, esp_proposals=ESP, retransmit_tries=2, local_auth="pubkey",
-            remote_auth=method, remote_eap_id="%any",
+            remote_auth="pubkey" if cert_auth else method,
+            remote_eap_id=None if cert_auth else "%any",
             eap_secrets=None if tls else {USER: PASSWORD}, pools={"rw": {"addrs": SW_POOL}})
     path = esptun_conf.write_private(os.path.join(ctx.tmp, f"a{key}.toml"),
                                      esptun_conf.render_ike_config(tunnel, [peer]))
@@ -190,9 +204,14 @@ def run(rep, ctx, idx, case):
             return
         sw_ike, _ = B.charon.wait_established(TIMEOUT)
         e_ike, _, _ = sw_pair.wait_esptun_established(rep, tag, A)
-        msk = B.charon.log_search(r"EAP method EAP_(MSCHAPV2|TLS) succeeded, MSK established")
-        rep.check(msk is not None, f"[{tag}] strongSwan: {msk.strip() if msk else None!r}",
-                  netns.tail(B.charon.log, 30))
+        if case.get("method") == "cert":
+            eap = B.charon.log_search(r"EAP method|EAP/|EAP identity")
+            rep.check(eap is None, f"[{tag}] strongSwan's log shows no EAP: the user "
+                      "authenticated by certificate alone", eap or "")
+        else:
+            msk = B.charon.log_search(r"EAP method EAP_(MSCHAPV2|TLS) succeeded, MSK established")
+            rep.check(msk is not None, f"[{tag}] strongSwan: {msk.strip() if msk else None!r}",
+                      netns.tail(B.charon.log, 30))
         if case["gateway"] == "esptun":
             esptun_gateway_checks(rep, tag, case, A, B, sw_ike, e_ike)
         else:
@@ -205,11 +224,17 @@ def esptun_gateway_checks(rep, tag, case, A, B, sw_ike, e_ike):
     sig = B.charon.log_search(r"authentication of 'a\.sw' with RSA.* successful")
     rep.check(sig is not None, f"[{tag}] strongSwan verified our certificate signature: "
               f"{sig.strip() if sig else None!r}", netns.tail(B.charon.log, 30))
-    tls = case.get("method") == "tls"
-    want = ("EAP-TLS", f"O=esptun interop, CN={USER_ID}") if tls else ("EAP-MSCHAPv2", USER)
-    rep.check((e_ike.get("peer_auth"), e_ike.get("eap_identity")) == want,
-              f"[{tag}] esptun status: peer_auth {e_ike.get('peer_auth')!r}, eap_identity "
-              f"{e_ike.get('eap_identity')!r}", json.dumps(e_ike)[:1500])
+    if case.get("method") == "cert":
+        rep.check("ECDSA-P256" in str(e_ike.get("peer_auth", "")) and not e_ike.get("eap_identity")
+                  and USER_ID in str(e_ike.get("peer_subject", "")),
+                  f"[{tag}] esptun status: peer_auth {e_ike.get('peer_auth')!r}, peer_subject "
+                  f"{e_ike.get('peer_subject')!r}, no EAP identity", json.dumps(e_ike)[:1500])
+    else:
+        tls = case.get("method") == "tls"
+        want = ("EAP-TLS", f"O=esptun interop, CN={USER_ID}") if tls else ("EAP-MSCHAPv2", USER)
+        rep.check((e_ike.get("peer_auth"), e_ike.get("eap_identity")) == want,
+                  f"[{tag}] esptun status: peer_auth {e_ike.get('peer_auth')!r}, eap_identity "
+                  f"{e_ike.get('eap_identity')!r}", json.dumps(e_ike)[:1500])
     vips = e_ike.get("virtual_ips") or []
     in_pool = [v for v in vips if ipaddress.ip_address(v) in ipaddress.ip_network(ESPTUN_POOL)]
     rep.check(len(in_pool) == 1 and list(sw_ike.local_vips or []) == in_pool,
@@ -252,10 +277,16 @@ def esptun_client_checks(rep, tag, case, A, B, sw_ike, e_ike):
     rep.check(len(in_pool) == 1 and list(sw_ike.remote_vips or []) == in_pool,
               f"[{tag}] virtual IP: strongSwan handed out {sw_ike.remote_vips}, esptun has "
               f"{vips}", json.dumps(sw_ike.raw)[:1000])
-    user = USER_ID if case.get("method") == "tls" else USER
-    ident = B.charon.log_search(r"received EAP identity '" + re.escape(user) + "'")
-    rep.check(ident is not None, f"[{tag}] strongSwan got our EAP-Identity: "
-              f"{ident.strip() if ident else None!r}", netns.tail(B.charon.log, 30))
+    if case.get("method") == "cert":
+        sig = B.charon.log_search(r"authentication of '" + re.escape(USER_ID)
+                                  + r"' with ECDSA.* successful")
+        rep.check(sig is not None, f"[{tag}] strongSwan verified our certificate signature: "
+                  f"{sig.strip() if sig else None!r}", netns.tail(B.charon.log, 30))
+    else:
+        user = USER_ID if case.get("method") == "tls" else USER
+        ident = B.charon.log_search(r"received EAP identity '" + re.escape(user) + "'")
+        rep.check(ident is not None, f"[{tag}] strongSwan got our EAP-Identity: "
+                  f"{ident.strip() if ident else None!r}", netns.tail(B.charon.log, 30))
     sw_pair.ping(rep, tag, A, B_IN)
     sent, got, secs = transfer_lib.run(A.ns, B.ns, B_IN, 5201, XFER_BYTES, sw_pair.XFER_TIMEOUT)
     transfer_lib.check(rep, f"[{tag}] {XFER_BYTES // 1000000} MB TCP esptun -> {B_IN}",
