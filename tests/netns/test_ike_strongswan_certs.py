@@ -33,7 +33,11 @@
 #  7. strongSwan initiates, Ed25519 on both sides (RFC 8420): each verifies
 #     the other's Ed25519 AUTH (strongSwan logs ED25519 both ways, esptun's
 #     peer_auth names Ed25519).
-#  Cases 5-7 check SA, ping and fragments as case 1 does.
+#  8. the underlay's MTU is 1280 and both sides keep their default fragment
+#     size (1280, whole IP datagrams): strongSwan initiates, RSA-2048 keys
+#     and the intermediate on both sides make each IKE_AUTH larger than the
+#     path MTU, and it crosses as RFC 7383 fragments both ways.
+#  Cases 5-8 check SA, ping and fragments as case 1 does.
 #
 # usage: test_ike_strongswan_certs.py BUILD_DIR   (root; strongSwan and
 #        python3-cryptography installed)
@@ -91,6 +95,9 @@ CASES = [
     dict(num=7, kind="certs", initiator="strongswan", a_key="ed25519", b_key="ed25519",
          title="strongSwan initiates: Ed25519 both ways (RFC 8420)",
          peer_auth="Ed25519", sw_verified="ED25519", sw_signed="ED25519"),
+    dict(num=8, kind="certs", initiator="strongswan", a_key="rsa", b_key="rsa", mtu=1280,
+         title="underlay MTU 1280, default fragment sizes: RSA chains cross as fragments",
+         peer_auth="RSA-2048"),
 ]
 
 # swanctl's folder for each key kind: Ed25519 keys are PKCS#8 (they have no
@@ -136,13 +143,18 @@ def build(ctx, idx, case):
     a = netns.Netns(netns.unique("ikecert", f"{key}-a"))
     b = netns.Netns(netns.unique("ikecert", f"{key}-b"))
     netns.veth(a, b, "swa", "swb", [f"{A_UL}/24"], [f"{B_UL}/24"])
+    if case.get("mtu"):
+        a.ip("link", "set", "swa", "mtu", str(case["mtu"]))
+        b.ip("link", "set", "swb", "mtu", str(case["mtu"]))
     b.ip("addr", "add", f"{B_IN}/32", "dev", "lo")
     A, B = sw_pair.Site("A", a), sw_pair.Site("B", b)
     files, sw_dir = make_files(ctx.tmp, key, case)
+    # Case 8 keeps both sides' default fragment size (None: not configured).
+    frag = None if case.get("mtu") else FRAGMENT_SIZE
     sfx = f"{os.getpid() % 100000}x{idx}"
     peer = dict(name=PEER, allowed_ips=[f"{B_IN}/32"], remote_id="b.sw",
                 ike_proposals=["aes128gcm16-prfsha256-x25519"], esp_proposals=["aes128gcm16"],
-                ike_fragment_size=FRAGMENT_SIZE, **files)
+                ike_fragment_size=frag, **files)
     if case["initiator"] == "esptun":
         peer["endpoint"] = f"{B_UL}:4500"
     if case.get("a_pss"):
@@ -154,7 +166,7 @@ def build(ctx, idx, case):
     cfg = strongswan.pair_config("b", start_action="none", swanctl_dir=sw_dir, cert="b.pem",
                                  ike_proposals="aes128gcm16-prfsha256-x25519",
                                  esp_proposals="aes128gcm16", retransmit_tries=2,
-                                 fragment_size=FRAGMENT_SIZE, rsa_pss=bool(case.get("sw_pss")))
+                                 fragment_size=frag, rsa_pss=bool(case.get("sw_pss")))
     B.charon = strongswan.Charon(b, sw_dir, cfg, tag="B")
     A.ep = esptun_proc.Endpoint(ctx.build, A.ns, path, os.path.join(ctx.tmp, f"a{key}.log"))
     ctx.logs += [A.ep.log, B.charon.log]
