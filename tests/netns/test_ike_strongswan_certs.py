@@ -37,7 +37,11 @@
 #     size (1280, whole IP datagrams): strongSwan initiates, RSA-2048 keys
 #     and the intermediate on both sides make each IKE_AUTH larger than the
 #     path MTU, and it crosses as RFC 7383 fragments both ways.
-#  Cases 5-8 check SA, ping and fragments as case 1 does.
+#  9. strongSwan initiates with a certificate that expired yesterday:
+#     esptun logs "expired" and answers AUTHENTICATION_FAILED; no SA, no ping.
+#  Cases 5-8 check SA, ping and fragments as case 1 does. (Not here: an
+#  identity its certificate does not name; strongSwan never sends one, it
+#  falls back to the certificate's subject. engine_cert_test covers it.)
 #
 # usage: test_ike_strongswan_certs.py BUILD_DIR   (root; strongSwan and
 #        python3-cryptography installed)
@@ -98,6 +102,9 @@ CASES = [
     dict(num=8, kind="certs", initiator="strongswan", a_key="rsa", b_key="rsa", mtu=1280,
          title="underlay MTU 1280, default fragment sizes: RSA chains cross as fragments",
          peer_auth="RSA-2048"),
+    dict(num=9, kind="certs", initiator="strongswan", a_key="p256", b_key="p256", expired=True,
+         title="strongSwan initiates with an expired certificate: esptun refuses it",
+         reason="expired"),
 ]
 
 # swanctl's folder for each key kind: Ed25519 keys are PKCS#8 (they have no
@@ -112,6 +119,9 @@ def make_files(tmp, key, case):
     a = pki.issue("a.sw", case["a_key"])
     b_pki = test_pki.Pki("Other Root") if case.get("other_ca") else pki
     b = b_pki.issue("b.sw", case["b_key"])
+    if case.get("expired"):  # valid from ten days ago until yesterday
+        b = test_pki.Cert("b.sw", test_pki.new_key(case["b_key"]), issuer=b_pki.inter,
+                          dns=("b.sw",), days=(-10, -1))
     d = os.path.join(tmp, f"pki{key}")
     ca = os.path.join(d, "ca")
     os.makedirs(ca)
