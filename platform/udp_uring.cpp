@@ -193,7 +193,10 @@ UringEngine::UringEngine(UdpSocket& sock, const UringOptions& opt)
 
 	// Each buffer: io_uring_recvmsg_out, the sender's address, the control
 	// messages (the outer TOS / traffic class), the payload.
-	r.ms.msg_namelen = sock.family() == Family::v4 ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+	// The control messages follow the name space: rounded up to 8 bytes
+	// (sockaddr_in6 is 28), so that the first cmsghdr is aligned.
+	const size_t name = sock.family() == Family::v4 ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+	r.ms.msg_namelen = socklen_t((name + alignof(cmsghdr) - 1) & ~(alignof(cmsghdr) - 1));
 	r.ms.msg_controllen = sizeof(RecvControl);
 	r.buf_bytes =
 	    sizeof(io_uring_recvmsg_out) + r.ms.msg_namelen + r.ms.msg_controllen + opt.recv_buf_bytes;
