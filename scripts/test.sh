@@ -2,18 +2,18 @@
 # test.sh - the whole suite, as CI runs it (.ci/run), from a fresh machine:
 #   1. setup.sh            install missing packages
 #   2. build/              -DESPTUN_WERROR=ON, then ctest: unit, interop, netns,
-#                          bench; then the vm label once steps 3-4 are built
-#   3. build-asan/         ASan+UBSan build (at nice 19 during step 2's wire
-#                          tests), unit tests only (ctest -L unit)
-#   4. build-fuzz/         clang libFuzzer build (after 3, in the background
-#                          too); each fuzz-* target runs
+#                          bench; then the vm label once step 3 is built
+#   3. build-fuzz/         clang build with ASan+UBSan and libFuzzer's
+#                          coverage (at nice 19 during step 2's wire tests):
+#                          the unit tests run there (ctest -L unit, the
+#                          sanitizer pass), then each fuzz-* target for
 #                          ESPTUN_FUZZ_SECONDS (default 20) over a copy of
 #                          tests/fuzz/corpus/<name>/
-#   5. build/deb/          the Debian package (scripts/build-deb.sh, after 4,
+#   4. build/deb/          the Debian package (scripts/build-deb.sh, after 3,
 #                          in the background at nice 19), then ctest -L
 #                          package on it (lintian, install, purge), also in
-#                          the background; its result is collected after 4
-#   6. format              clang-format --dry-run --Werror (check-format.sh)
+#                          the background; its result is collected after 3
+#   5. format              clang-format --dry-run --Werror (check-format.sh)
 # `test.sh --setup-only` runs step 1 and stops (tests/package/
 # test_readme_commands.py runs the README's commands that way, as CI itself
 # is a run of this script).
@@ -85,22 +85,14 @@ targets_named() {
 	cmake --build "$1" --target help | grep -oE "\\b$2[A-Za-z0-9_-]+" | sort -u
 }
 
-# build_asan() - configure build-asan and build only what `ctest -L unit`
-# runs: the sanitized programs are not needed, and ASan builds are slow.
-build_asan() {
-	local targets
-	cmake -S . -B build-asan -DESPTUN_SANITIZE=ON || return 1
-	targets=$(targets_named build-asan unit-)
-	# shellcheck disable=SC2086 # one target name per word
-	cmake --build build-asan -j"$jobs" ${targets:+--target $targets}
-}
-
-# build_fuzzers() - configure build-fuzz (clang) and build the libFuzzer targets
+# build_fuzzers() - configure build-fuzz (clang, ASan+UBSan) and build the
+# libFuzzer targets and the unit tests: one sanitized build of the tree
+# serves both (a separate gcc ASan build cost CI a full compile more).
 build_fuzzers() {
 	local targets
 	CXX=clang++ cmake -S . -B build-fuzz -DESPTUN_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ || return 1
-	targets=$(targets_named build-fuzz fuzz-)
-	[[ -n "$targets" ]] || return 0
+	targets="$(targets_named build-fuzz fuzz-) $(targets_named build-fuzz unit-)"
+	[[ -n "${targets// /}" ]] || return 0
 	# shellcheck disable=SC2086 # one target name per word
 	cmake --build build-fuzz -j"$jobs" --target $targets
 }
@@ -169,16 +161,14 @@ if ((setup_only)); then
 	exit 0
 fi
 
-# background_builds() - the ASan and fuzz builds, one after the other, each
-# leaving its log in $logdir/<name>.log and its exit status in <name>.rc
+# background_builds() - the sanitizer and fuzz build, leaving its log in
+# $logdir/build-fuzz.log and its exit status in build-fuzz.rc
 background_builds() {
-	build_asan >"$logdir/build-asan.log" 2>&1
-	echo $? >"$logdir/build-asan.rc"
 	build_fuzzers >"$logdir/build-fuzz.log" 2>&1
 	echo $? >"$logdir/build-fuzz.rc"
 }
 
-# package_chain() - step 5, at nice 19 like background_builds and after it,
+# package_chain() - step 4, at nice 19 like background_builds and after it,
 # so the VM tests, which wait for those builds, never wait for this one:
 # build the Debian package into build/deb, then `ctest -L package` (lintian,
 # install, purge: tests/package/test_deb.py), which needs build/ too. Logs
@@ -224,7 +214,7 @@ finish_package() {
 finish_background() {
 	local name rc
 	wait "$bg_pid"
-	for name in build-asan build-fuzz; do
+	for name in build-fuzz; do
 		[[ -s "$logdir/$name.rc" ]] || echo 1 >"$logdir/$name.rc"
 		rc=$(cat "$logdir/$name.rc")
 		if ((rc != 0)); then
@@ -267,14 +257,11 @@ else
 	finish_background "$bg_start"
 fi
 
-if [[ "$(cat "$logdir/build-asan.rc")" == 0 ]]; then
+if [[ "$(cat "$logdir/build-fuzz.rc")" == 0 ]]; then
 	# detect_leaks stays on; a leak is a failure like any other finding.
 	ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1} \
 		UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-		step "ctest build-asan/ -L unit" run_ctest build-asan -L unit
-fi
-
-if [[ "$(cat "$logdir/build-fuzz.rc")" == 0 ]]; then
+		step "ctest build-fuzz/ -L unit (ASan+UBSan)" run_ctest build-fuzz -L unit
 	step "fuzz (${fuzz_seconds}s per target)" run_fuzzers
 fi
 
