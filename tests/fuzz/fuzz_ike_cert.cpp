@@ -35,6 +35,7 @@
 // Seeds: tests/fuzz/corpus/ike_cert/, written by this binary:
 //   fuzz-ike_cert -write_seeds=DIR
 #define DOCTEST_CONFIG_DISABLE // the shared test helpers' checks are not this program's
+#include "tests/fuzz/fuzz_ike_oracle.hpp"
 #include "tests/fuzz/fuzz_ike_pki.hpp"
 #include "tests/fuzz/fuzz_seeds.hpp"
 #include "tests/unit/ike/raw_peer_test_util.hpp"
@@ -109,22 +110,7 @@ struct Bench {
 		m.id = *parse_identity(carol ? "carol.example" : "gw.example.com");
 	}
 
-	void check() const {
-		if (gw->counters().internal_errors != 0) {
-			std::fprintf(stderr, "internal_errors = %llu\n",
-			             static_cast<unsigned long long>(gw->counters().internal_errors));
-			std::abort();
-		}
-		for (const IkeSaStatus& s : gw->status(now))
-			if (s.state == "established") {
-				std::fprintf(stderr, "an IKE SA came up without the certificate's key\n");
-				std::abort();
-			}
-		if (!host.installed.empty()) {
-			std::fprintf(stderr, "a CHILD_SA was installed without authentication\n");
-			std::abort();
-		}
-	}
+	void check() const { fuzz::check_no_bypass(*gw, host, now, "without the certificate's key"); }
 
 	/// One IKE_AUTH: IDi (@idi, or our identity), the gathered payloads,
 	/// then an ESP offer and traffic selectors.

@@ -105,17 +105,37 @@ struct RawPeer {
 	 */
 	std::vector<uint8_t> send_sealed(Exchange ex, uint8_t flags, uint32_t msg_id, uint8_t first,
 	                                 std::span<const uint8_t> chain) {
+		std::vector<uint8_t> bytes = header_of(ex, flags, msg_id, PayloadType::sk);
+		sk_out->seal(bytes, first, chain);
+		return exchange(bytes);
+	}
+
+	/**
+	 * fragment() - one RFC 7383 fragment of request @msg_id, sealed with
+	 * this IKE SA's keys (not sent): Fragment Number @number of @total,
+	 * carrying @data; @first is the inner chain's first payload type
+	 * (fragment 1 only, 0 for the others)
+	 */
+	std::vector<uint8_t> fragment(uint32_t msg_id, uint16_t number, uint16_t total,
+	                              std::span<const uint8_t> data, Exchange ex = Exchange::informational,
+	                              uint8_t first = 0, uint8_t flags = kFlagInitiator) const {
+		std::vector<uint8_t> bytes = header_of(ex, flags, msg_id, PayloadType::skf);
+		sk_out->seal_fragment(bytes, first, number, total, data);
+		return bytes;
+	}
+
+	/// header_of() - an IKE header of this IKE SA, encoded (kHeaderLen bytes)
+	std::vector<uint8_t> header_of(Exchange ex, uint8_t flags, uint32_t msg_id, PayloadType next) const {
 		Header h;
 		h.spi_i = spi_i;
 		h.spi_r = spi_r;
-		h.next = PayloadType::sk;
+		h.next = next;
 		h.exchange = ex;
 		h.flags = flags;
 		h.message_id = msg_id;
 		std::vector<uint8_t> bytes(kHeaderLen);
 		encode_header(h, bytes.data());
-		sk_out->seal(bytes, first, chain);
-		return exchange(bytes);
+		return bytes;
 	}
 
 	/**

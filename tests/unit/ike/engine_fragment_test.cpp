@@ -104,17 +104,7 @@ struct Gw {
 	Datagram fragment(uint32_t id, uint16_t number, uint16_t total, std::span<const uint8_t> data,
 	                  Exchange ex = Exchange::informational, uint8_t first = 0,
 	                  uint8_t flags = kFlagInitiator) {
-		Header hd;
-		hd.spi_i = m.spi_i;
-		hd.spi_r = m.spi_r;
-		hd.next = PayloadType::skf;
-		hd.exchange = ex;
-		hd.flags = flags;
-		hd.message_id = id;
-		Datagram bytes(kHeaderLen);
-		encode_header(hd, bytes.data());
-		m.sk_out->seal_fragment(bytes, first, number, total, data);
-		return bytes;
+		return m.fragment(id, number, total, data, ex, first, flags);
 	}
 
 	/// @inner as request @id, cut into fragments of @piece inner bytes, in order.
