@@ -61,6 +61,7 @@ enum class Drop : uint8_t {
 	tun_write_error, ///< write() to the tun device failed
 	udp_send_error,  ///< sending on the underlay socket failed
 	ce_not_ect,      ///< outer header CE-marked, inner packet not ECN-capable (RFC 6040: drop)
+	queue_delay,     ///< waited too long in the receive queue, not ECN-capable (datapath/codel.hpp)
 	count_,
 };
 inline constexpr size_t kDropReasons = static_cast<size_t>(Drop::count_);
@@ -77,9 +78,9 @@ inline constexpr size_t kIgnoreKinds = static_cast<size_t>(Ignore::count_);
 /// drop_name() - the status JSON's name for @d (the enum's spelling).
 constexpr std::string_view drop_name(Drop d) noexcept {
 	constexpr std::array<std::string_view, kDropReasons> names{
-	    "malformed", "unknown_spi",     "auth_failed",    "replay",    "policy",        "dest_policy",
-	    "padding",   "no_route",        "no_endpoint",    "no_sa",     "seq_exhausted", "seq_not_saved",
-	    "too_big",   "tun_write_error", "udp_send_error", "ce_not_ect"};
+	    "malformed", "unknown_spi",     "auth_failed",    "replay",     "policy",        "dest_policy",
+	    "padding",   "no_route",        "no_endpoint",    "no_sa",      "seq_exhausted", "seq_not_saved",
+	    "too_big",   "tun_write_error", "udp_send_error", "ce_not_ect", "queue_delay"};
 	return names[static_cast<size_t>(d)];
 }
 // A reason added to the enum without a name would print as "" in the status.
@@ -123,6 +124,13 @@ struct DataPathStats {
 	Counter tun_rx_packets, tun_tx_packets; ///< inner packets read from / written to the tun
 	Counter udp_rx_packets, udp_tx_packets; ///< datagrams received / sent on the underlay
 	Counter udp_gro_buffers;                ///< receive buffers that held a UDP GRO train
+	/// The receive queue limit (datapath/codel.hpp): ECN-capable datagrams
+	/// marked CE for waiting too long (the others count as Drop::queue_delay)
+	/// and the times the limit engaged (entered its signalling state).
+	Counter queue_marks, queue_engaged;
+	/// Gauges, not summed by add(): how long the oldest datagram of the last
+	/// receive batch had waited (us), and whether the limit is signalling now.
+	Counter queue_sojourn_us, queue_signalling;
 
 	void drop(Drop d) noexcept { drops[static_cast<size_t>(d)].add(); }
 	/// add() - this += @o (the status sums the workers' counters)
@@ -136,6 +144,8 @@ struct DataPathStats {
 		udp_rx_packets.add(o.udp_rx_packets.get());
 		udp_tx_packets.add(o.udp_tx_packets.get());
 		udp_gro_buffers.add(o.udp_gro_buffers.get());
+		queue_marks.add(o.queue_marks.get());
+		queue_engaged.add(o.queue_engaged.get());
 	}
 	void ignore(Ignore i) noexcept { ignored[static_cast<size_t>(i)].add(); }
 	uint64_t drops_of(Drop d) const noexcept { return drops[static_cast<size_t>(d)].get(); }

@@ -42,11 +42,13 @@ namespace detail {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
 constexpr std::string_view kTunnelKeys[] = {
-    "interface", "addresses",        "listen",      "mtu",          "tun_io",        "control_socket",
-    "route_all", "direct_write_max", "crypto_impl", "udp_gso",      "socket_buffer", "busy_poll_us",
-    "state_dir", "tun_offload",      "workers",     "io_engine",    "udp_gro",       "ike_port",
-    "local_id",  "address_pool",     "dns",         "wake_poll_us", "kill_switch",   "drop_privileges",
-    "user",      "ike_fragment_size"};
+    "interface",   "addresses",         "listen",          "mtu",
+    "tun_io",      "control_socket",    "route_all",       "direct_write_max",
+    "crypto_impl", "udp_gso",           "socket_buffer",   "busy_poll_us",
+    "state_dir",   "tun_offload",       "workers",         "io_engine",
+    "udp_gro",     "ike_port",          "local_id",        "address_pool",
+    "dns",         "wake_poll_us",      "kill_switch",     "drop_privileges",
+    "user",        "ike_fragment_size", "queue_target_us", "queue_interval_ms"};
 constexpr std::string_view kPeerKeys[] = {"name",
                                           "endpoint",
                                           "allowed_ips",
@@ -482,6 +484,31 @@ void Loader::parse_tunnel(const toml::table& t) {
 			*field = static_cast<uint32_t>(v->value);
 		}
 	}
+
+	// The receive queue limit: target 0 (off) up to 100 ms, interval 1 ms up to 1 s.
+	int queue_line = 0;
+	if (auto v = get_int(t, "queue_target_us", where)) {
+		queue_line = v->line;
+		if (v->value < 0 || v->value > kMaxQueueTargetUs)
+			fail(v->line, "queue_target_us " + std::to_string(v->value) +
+			                  " is out of range; use 0 (no limit) up to " +
+			                  std::to_string(kMaxQueueTargetUs) + " microseconds (default " +
+			                  std::to_string(kDefaultQueueTargetUs) + ")");
+		tc.queue_target_us = static_cast<uint32_t>(v->value);
+	}
+	if (auto v = get_int(t, "queue_interval_ms", where)) {
+		queue_line = v->line;
+		if (v->value < 1 || v->value > kMaxQueueIntervalMs)
+			fail(v->line, "queue_interval_ms " + std::to_string(v->value) +
+			                  " is out of range; use 1 up to " +
+			                  std::to_string(kMaxQueueIntervalMs) + " milliseconds (default " +
+			                  std::to_string(kDefaultQueueIntervalMs) + ")");
+		tc.queue_interval_ms = static_cast<uint32_t>(v->value);
+	}
+	if (uint64_t(tc.queue_target_us) >= uint64_t(tc.queue_interval_ms) * 1000 && tc.queue_target_us)
+		fail(queue_line, "queue_target_us (" + std::to_string(tc.queue_target_us) +
+		                     ") must be shorter than queue_interval_ms (" +
+		                     std::to_string(tc.queue_interval_ms) + " ms)");
 
 	if (auto v = get_bool(t, "route_all", where)) {
 		tc.route_all = v->value;

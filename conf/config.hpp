@@ -35,6 +35,12 @@ inline constexpr uint32_t kMaxWorkers = 64;
 inline constexpr uint32_t kDefaultBusyPollUs = 0;
 inline constexpr uint32_t kDefaultWakePollUs = 50;
 inline constexpr uint32_t kMaxPollUs = 1000;
+/// [tunnel] queue_target_us and queue_interval_ms: the receive queue limit
+/// (datapath/codel.hpp; docs/latency-under-load.md measures the defaults).
+inline constexpr uint32_t kDefaultQueueTargetUs = 1000;
+inline constexpr uint32_t kMaxQueueTargetUs = 100000;
+inline constexpr uint32_t kDefaultQueueIntervalMs = 20;
+inline constexpr uint32_t kMaxQueueIntervalMs = 1000;
 inline constexpr uint16_t kDefaultIkePort = 500; // RFC 7296 section 2
 inline constexpr uint32_t kDefaultDpdInterval = 30;
 /// ike_fragment_size: ike::kDefaultFragmentSize (engine.hpp says why).
@@ -158,6 +164,14 @@ struct TunnelConfig {
 	/// traffic (ping, SSH, DNS) skips a wake-up. 0 = off. Off when the
 	/// process has only one CPU. busy_poll_us, when set, applies instead.
 	uint32_t wake_poll_us = kDefaultWakePollUs;
+	/// The receive queue limit: datagrams that waited longer than this in
+	/// the underlay socket's receive queue, for longer than
+	/// queue_interval_ms, are marked CE (ECN-capable inner packets) or
+	/// dropped (the others), CoDel's way (RFC 8289), so that a bulk flow
+	/// cannot keep a standing queue in front of everyone else's packets.
+	/// 0 = off.
+	uint32_t queue_target_us = kDefaultQueueTargetUs;
+	uint32_t queue_interval_ms = kDefaultQueueIntervalMs;
 	std::string control_socket; ///< default /run/esptun/<interface>.sock
 	/// Where outbound sequence numbers are kept across restarts
 	/// (<state_dir>/esptun.seq, keyed by a fingerprint of each key: service/seq_state.hpp)

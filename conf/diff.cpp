@@ -50,6 +50,8 @@ std::vector<std::string> tunnel_changes(const TunnelConfig& a, const TunnelConfi
 	check(a.socket_buffer == b.socket_buffer, "socket_buffer");
 	check(a.busy_poll_us == b.busy_poll_us, "busy_poll_us");
 	check(a.wake_poll_us == b.wake_poll_us, "wake_poll_us");
+	check(a.queue_target_us == b.queue_target_us, "queue_target_us");
+	check(a.queue_interval_ms == b.queue_interval_ms, "queue_interval_ms");
 	check(a.control_socket == b.control_socket, "control_socket");
 	check(a.state_dir == b.state_dir, "state_dir");
 	check(a.drop_privileges == b.drop_privileges, "drop_privileges");

@@ -32,6 +32,7 @@
 #include "datapath/data_plane.hpp"
 
 #include "base/error.hpp"
+#include "tunnel/ecn.hpp"
 #include "tunnel/esp.hpp"
 
 #include <algorithm>
@@ -49,6 +50,17 @@ int64_t monotonic_ns() noexcept {
 	timespec ts{};
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+int64_t realtime_ns() noexcept {
+	timespec ts{};
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+/// ESP, not IKE behind the non-ESP marker (four zero bytes): the SPI is never 0.
+bool is_esp(std::span<const uint8_t> d) noexcept {
+	return d.size() > tunnel::esp::kNonEspMarkerLen && (d[0] | d[1] | d[2] | d[3]) != 0;
 }
 
 int64_t wall_ms() noexcept {
@@ -108,6 +120,13 @@ void DataPlane::set_busy_poll(std::chrono::microseconds us) noexcept {
 void DataPlane::set_wake_poll(std::chrono::microseconds us, std::chrono::nanoseconds idle_spell) noexcept {
 	wake_poll_ns_ = us.count() > 0 ? int64_t(us.count()) * 1000 : 0;
 	idle_spell_ns_ = int64_t(idle_spell.count());
+}
+
+void DataPlane::set_queue_limit(CodelParams p) noexcept {
+	if (p.target_ns > 0 && p.interval_ns > 0)
+		queue_limit_.emplace(p);
+	else
+		queue_limit_.reset();
 }
 
 int DataPlane::poll_for(int64_t ns, std::span<epoll_event> evs, TunIoStats& io, Counter& windows,
@@ -216,6 +235,12 @@ void DataPlane::inbound_batch() noexcept {
 	BatchResult r = udp_.recv_batch(slots);
 	if (r.count == 0) return;
 	int64_t now = wall_ms();
+	// Sojourn times: the kernel stamps arrivals with CLOCK_REALTIME; the
+	// limit's own clock is the monotonic one.
+	const int64_t taken_ns = queue_limit_ ? realtime_ns() : 0;
+	const int64_t mono_ns = queue_limit_ ? monotonic_ns() : 0;
+	if (queue_limit_ && slots[0].rx_ns)
+		stats_.queue_sojourn_us.set(uint64_t(std::max<int64_t>(0, taken_ns - slots[0].rx_ns)) / 1000);
 	routes_.clear();
 	size_t n = 0;
 	auto flush = [&] {
@@ -239,8 +264,26 @@ void DataPlane::inbound_batch() noexcept {
 		for (size_t off = 0; off < slot.len || off == 0; off += step) {
 			stats_.udp_rx_packets.add();
 			const size_t len = std::min(step, slot.len - off);
-			tunnel::InboundResult res = tunnel::decapsulate(
-			    table_, slot.buf.subspan(off, len), slot.from, now, worker_, &routes_, slot.ecn);
+			uint8_t ecn = slot.ecn;
+			bool too_late = false;
+			if (queue_limit_ && slot.rx_ns && is_esp(slot.buf.subspan(off, len)) &&
+			    queue_limit_->on_dequeue(taken_ns - slot.rx_ns, mono_ns, len >= kBulkBytes)) {
+				if (ecn == tunnel::ecn::kNotEct) {
+					too_late = true;
+				} else {
+					ecn = tunnel::ecn::kCe;
+					stats_.queue_marks.add();
+				}
+			}
+			tunnel::InboundResult res;
+			if (too_late) {
+				// Dropped unopened: the decryption is the work being shed.
+				res.verdict = tunnel::Verdict::drop;
+				res.drop = Drop::queue_delay;
+			} else {
+				res = tunnel::decapsulate(table_, slot.buf.subspan(off, len), slot.from, now,
+				                          worker_, &routes_, ecn);
+			}
 			if (res.verdict == tunnel::Verdict::drop) {
 				stats_.drop(res.drop);
 				if (res.peer) res.peer->drops[size_t(res.drop)].add();
@@ -261,6 +304,10 @@ void DataPlane::inbound_batch() noexcept {
 		}
 	}
 	flush();
+	if (queue_limit_) {
+		stats_.queue_engaged.set(queue_limit_->engaged());
+		stats_.queue_signalling.set(queue_limit_->dropping() ? 1 : 0);
+	}
 }
 
 } // namespace esptun::datapath

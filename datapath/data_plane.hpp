@@ -5,6 +5,7 @@
 #pragma once
 
 #include "base/counters.hpp"
+#include "datapath/codel.hpp"
 #include "datapath/ike_inbox.hpp"
 #include "datapath/tun_port.hpp"
 #include "platform/udp_engine.hpp"
@@ -15,6 +16,7 @@
 #include <array>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <sys/epoll.h>
 
@@ -93,6 +95,22 @@ public:
 	                   std::chrono::nanoseconds idle_spell = kIdleSpell) noexcept;
 	static constexpr std::chrono::milliseconds kIdleSpell{1};
 
+	/**
+	 * set_queue_limit() - limit how long datagrams wait in the underlay
+	 * socket's receive queue (datapath/codel.hpp); call before run()
+	 * @p: target and interval; target 0 turns the limit off (the default)
+	 *
+	 * A bulk ESP datagram the limit signals is marked CE in its outer ECN
+	 * field when it is ECN-capable (decapsulation carries the mark inside,
+	 * tunnel/ecn.hpp) and dropped before decryption when it is not
+	 * (Drop::queue_delay). The socket must report arrival times
+	 * (UdpSocket::enable_rx_timestamps()); a datagram without one passes.
+	 */
+	void set_queue_limit(CodelParams p) noexcept;
+	/// Datagrams this long or longer may carry a queue signal (codel.hpp):
+	/// full-sized ones, not ACKs, pings or DNS.
+	static constexpr size_t kBulkBytes = 512;
+
 	/// The tun port's counters, with this loop's epoll_wait() calls in them.
 	const TunIoStats& io_stats() noexcept { return tun_.io_stats(); }
 
@@ -125,6 +143,7 @@ private:
 	int64_t wake_poll_ns_ = 0;
 	int64_t idle_spell_ns_ = 0;
 	tunnel::RouteCache routes_; ///< cleared at the start of each batch
+	std::optional<Codel> queue_limit_;
 };
 
 } // namespace esptun::datapath

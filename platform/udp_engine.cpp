@@ -143,6 +143,7 @@ BatchResult MmsgEngine::recv_batch(std::span<RecvSlot> slots) noexcept {
 		s.from = from_sockaddr(addrs[i], msgs[i].msg_hdr.msg_namelen).value_or(Endpoint{});
 		s.segment = 0;
 		s.ecn = 0;
+		s.rx_ns = 0;
 		for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c; c = CMSG_NXTHDR(&msgs[i].msg_hdr, c))
 			read_recv_cmsg(*c, s);
 	}
@@ -162,6 +163,11 @@ void read_recv_cmsg(const cmsghdr& c, RecvSlot& s) noexcept {
 		int tclass = 0;
 		std::memcpy(&tclass, data, sizeof tclass);
 		s.ecn = uint8_t(tclass & 3);
+	} else if (c.cmsg_level == SOL_SOCKET && c.cmsg_type == SCM_TIMESTAMPNS &&
+	           c.cmsg_len >= CMSG_LEN(sizeof(timespec))) {
+		timespec ts{};
+		std::memcpy(&ts, data, sizeof ts);
+		s.rx_ns = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 	}
 }
 

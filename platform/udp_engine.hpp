@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <netinet/in.h>
 #include <span>
@@ -68,17 +69,18 @@ struct SendRound {
 	size_t build(std::span<const SendSlot> slots, int af, bool gso) noexcept;
 };
 
-/// Control-message space of one received datagram: UDP_GRO's segment size
-/// and the outer header's TOS (IP_TOS, 1 byte) or traffic class (IPV6_TCLASS, an int).
+/// Control-message space of one received datagram: UDP_GRO's segment size,
+/// the outer header's TOS (IP_TOS, 1 byte) or traffic class (IPV6_TCLASS, an
+/// int) and the arrival time (SCM_TIMESTAMPNS, a timespec).
 struct alignas(cmsghdr) RecvControl {
-	uint8_t bytes[2 * CMSG_SPACE(sizeof(int))];
+	uint8_t bytes[2 * CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(timespec))];
 };
 
 /**
  * read_recv_cmsg() - what one control message of a received datagram says
  * @c: the message
- * @s: the slot, len already set: gets segment (UDP_GRO) or ecn (IP_TOS,
- *     IPV6_TCLASS); other messages are ignored
+ * @s: the slot, len already set: gets segment (UDP_GRO), ecn (IP_TOS,
+ *     IPV6_TCLASS) or rx_ns (SCM_TIMESTAMPNS); other messages are ignored
  */
 void read_recv_cmsg(const cmsghdr& c, RecvSlot& s) noexcept;
 

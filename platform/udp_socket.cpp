@@ -2,6 +2,7 @@
 // path_mtu(). The batched I/O lives in udp_engine.cpp.
 #include "platform/udp_socket.hpp"
 
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
@@ -141,6 +142,19 @@ bool UdpSocket::enable_gro() noexcept {
 	if (set_int_option(fd_.get(), SOL_UDP, UDP_GRO, 1) != 0) return false;
 	gro_on_.store(true, std::memory_order_relaxed);
 	return true;
+}
+
+bool UdpSocket::enable_rx_timestamps() noexcept {
+	return set_int_option(fd_.get(), SOL_SOCKET, SO_TIMESTAMPNS, 1) == 0;
+}
+
+uint64_t UdpSocket::rx_queued_bytes() const noexcept {
+	uint32_t mem[SK_MEMINFO_VARS] = {};
+	socklen_t len = sizeof mem;
+	if (::getsockopt(fd_.get(), SOL_SOCKET, SO_MEMINFO, mem, &len) < 0 ||
+	    len < (SK_MEMINFO_RMEM_ALLOC + 1) * sizeof(uint32_t))
+		return 0;
+	return mem[SK_MEMINFO_RMEM_ALLOC];
 }
 
 GsoStats UdpSocket::gso_stats() const noexcept {

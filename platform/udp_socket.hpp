@@ -30,6 +30,9 @@ struct RecvSlot {
 	/// out: the ECN field of the datagram's outer IP header (of every
 	/// datagram of a GRO train: the kernel merges only equal TOS/traffic class)
 	uint8_t ecn = 0;
+	/// out: when the kernel queued the datagram (CLOCK_REALTIME ns, from
+	/// SO_TIMESTAMPNS: UdpSocket::enable_rx_timestamps()); 0: not reported
+	int64_t rx_ns = 0;
 };
 
 /// One datagram to send.
@@ -135,6 +138,17 @@ public:
 	 * refused (nothing changes then).
 	 */
 	bool enable_gro() noexcept;
+	/**
+	 * enable_rx_timestamps() - have the kernel report when each datagram
+	 * arrived (SO_TIMESTAMPNS): recv_batch() fills RecvSlot::rx_ns, and the
+	 * time a datagram waited in the receive queue is now minus that.
+	 * Return: false when the kernel refused (rx_ns stays 0).
+	 */
+	bool enable_rx_timestamps() noexcept;
+	/// rx_queued_bytes() - memory the datagrams waiting in the receive queue
+	/// take (SO_MEMINFO's rmem_alloc: payload plus the kernel's per-buffer
+	/// overhead); 0 when the kernel does not say
+	uint64_t rx_queued_bytes() const noexcept;
 	/// gro_on() - enable_gro() succeeded
 	bool gro_on() const noexcept { return gro_on_.load(std::memory_order_relaxed); }
 	/// gso_stats() - what GSO did so far

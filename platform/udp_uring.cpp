@@ -307,6 +307,7 @@ BatchResult UringEngine::recv_multishot(std::span<RecvSlot> slots) noexcept {
 					s.truncated = (out->flags & MSG_TRUNC) != 0 || avail > s.buf.size();
 					s.segment = 0; // no UDP_GRO on this engine
 					s.ecn = 0;
+					s.rx_ns = 0;
 					for (cmsghdr* c = io_uring_recvmsg_cmsg_firsthdr(out, &r.ms); c;
 					     c = io_uring_recvmsg_cmsg_nexthdr(out, &r.ms, c))
 						read_recv_cmsg(*c, s);
@@ -367,6 +368,7 @@ BatchResult UringEngine::recv_oneshot(std::span<RecvSlot> slots) noexcept {
 		s.truncated = (hdr[k].msg_flags & MSG_TRUNC) != 0;
 		s.segment = 0;
 		s.ecn = 0;
+		s.rx_ns = 0;
 		for (cmsghdr* c = CMSG_FIRSTHDR(&hdr[k]); c; c = CMSG_NXTHDR(&hdr[k], c))
 			read_recv_cmsg(*c, s);
 		s.from = from_sockaddr(addrs[k], hdr[k].msg_namelen).value_or(Endpoint{});

@@ -35,6 +35,9 @@ struct ServiceInfo {
 	unsigned direct_write_max = 0; ///< as configured (used in vhost mode only)
 	unsigned busy_poll_us = 0;     ///< in effect: as configured, 0 with one CPU
 	unsigned wake_poll_us = 0;     ///< in effect: as configured, 0 with one CPU
+	unsigned queue_target_us = 0;  ///< the receive queue limit as configured (0: off)
+	unsigned queue_interval_ms = 0;
+	bool queue_timestamps = false; ///< the sockets report arrival times (the limit works)
 	std::string tun_offloads;      ///< what the tun took: "csum tso4 ...", or why none
 	const datapath::TunIoStats* tun_io_stats = nullptr; ///< the tun port's counters, once it exists
 	std::string crypto_impl;                            ///< as configured: auto, stitched or two-pass

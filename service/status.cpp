@@ -6,6 +6,7 @@
 #include "datapath/tun_port.hpp"
 #include "service/ike_service.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -150,6 +151,26 @@ Json udp_json(const ServiceInfo& info) {
 	            {"gso_segments", g.segments}};
 }
 
+/// "queue": the receive queue limit and what the receive queues hold now.
+Json queue_json(const ServiceInfo& info, const DataPathStats& stats) {
+	uint64_t sojourn = 0, signalling = 0, queued = 0;
+	for (const DataPathStats* w : info.worker_stats) {
+		sojourn = std::max(sojourn, w->queue_sojourn_us.get());
+		signalling += w->queue_signalling.get();
+	}
+	for (const platform::UdpSocket* u : info.udp)
+		queued += u->rx_queued_bytes();
+	return Json{{"limit", info.queue_target_us != 0 && info.queue_timestamps},
+	            {"target_us", uint64_t(info.queue_target_us)},
+	            {"interval_ms", uint64_t(info.queue_interval_ms)},
+	            {"sojourn_us", sojourn},
+	            {"queued_bytes", queued},
+	            {"signalling_workers", signalling},
+	            {"engaged", stats.queue_engaged.get()},
+	            {"marks", stats.queue_marks.get()},
+	            {"drops", stats.drops_of(Drop::queue_delay)}};
+}
+
 } // namespace
 
 std::string render_status(const ServiceInfo& info, const DataPathStats& stats, const tunnel::SaTable& table) {
@@ -169,6 +190,7 @@ std::string render_status(const ServiceInfo& info, const DataPathStats& stats, c
 		                          {"udp_tx_packets", w->udp_tx_packets.get()}});
 	j["io_engine"] = Json{{"name", info.io_engine}, {"reason", info.io_engine_reason}};
 	j["udp"] = udp_json(info);
+	j["queue"] = queue_json(info, stats);
 	if (info.seq_state)
 		j["seq_state"] = Json{{"file", info.seq_state->path()}, {"error", info.seq_state->error()}};
 	j["crypto"] = Json{{"impl", info.crypto_impl},

@@ -125,6 +125,19 @@ void attach_tun_ports(const conf::TunnelConfig& tc, TunIoChoice& tun_io, Workers
 		    std::make_unique<datapath::DataPlane>(table, wk->port(), *wk->engine, wk->stats, w);
 		wk->plane->set_busy_poll(std::chrono::microseconds(info.busy_poll_us));
 		wk->plane->set_wake_poll(std::chrono::microseconds(info.wake_poll_us));
+		if (tc.queue_target_us) {
+			const bool stamps = wk->udp->enable_rx_timestamps();
+			if (w == 0) {
+				info.queue_target_us = tc.queue_target_us;
+				info.queue_interval_ms = tc.queue_interval_ms;
+				info.queue_timestamps = stamps;
+				if (!stamps)
+					log::warn("the kernel refused SO_TIMESTAMPNS: no receive queue limit "
+					          "(queue_target_us)");
+			}
+			wk->plane->set_queue_limit(
+			    {int64_t(tc.queue_target_us) * 1000, int64_t(tc.queue_interval_ms) * 1000000});
+		}
 	}
 }
 

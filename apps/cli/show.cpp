@@ -267,6 +267,21 @@ const Json& members(const Json* v) {
 	return v && v->is_object() ? *v : kNone;
 }
 
+/// queue_text() - the "rx queue" line: the limit, what waits now, what it did
+std::string queue_text(const Json& q) {
+	const Json* on = get(q, "limit");
+	std::string t = on && on->is_boolean() && on->get<bool>()
+	                    ? "limit " + std::to_string(u64(q, {"target_us"})) + " us target, " +
+	                          std::to_string(u64(q, {"interval_ms"})) + " ms interval"
+	                    : std::string("no limit");
+	t += "; now " + std::to_string(u64(q, {"sojourn_us"})) + " us waiting, " +
+	     bytes_text(u64(q, {"queued_bytes"})) + " queued";
+	t += "; engaged " + std::to_string(u64(q, {"engaged"})) + " time(s), " +
+	     std::to_string(u64(q, {"marks"})) + " marked CE, " + std::to_string(u64(q, {"drops"})) +
+	     " dropped";
+	return t;
+}
+
 /// one_endpoint() - the metrics of one endpoint's status
 void one_endpoint(Metrics& m, const Json& s) {
 	const std::string ifl = "interface=\"" + label_value(str(s, {"interface"})) + "\"";
@@ -285,6 +300,23 @@ void one_endpoint(Metrics& m, const Json& s) {
 		m.add("esptun_ignored_total", "counter",
 		      "Datagrams on the ESP port that are not ESP (keepalives, IKE, dummy packets).",
 		      ifl + ",kind=\"" + label_value(key) + "\"", sample_value(&value));
+	if (const Json* q = get(s, "queue")) {
+		m.add("esptun_rx_queue_target_seconds", "gauge",
+		      "The receive queue limit's target sojourn time; 0 = no limit.", ifl,
+		      sample_value(num(*q, {"target_us"}) / 1e6));
+		m.add("esptun_rx_queue_sojourn_seconds", "gauge",
+		      "How long the oldest datagram of the last receive batch had waited.", ifl,
+		      sample_value(num(*q, {"sojourn_us"}) / 1e6));
+		m.add("esptun_rx_queue_bytes", "gauge",
+		      "Memory the underlay sockets' receive queues hold now.", ifl,
+		      sample_value(get(*q, "queued_bytes")));
+		m.add("esptun_rx_queue_engaged_total", "counter",
+		      "Times the receive queue limit started signalling.", ifl,
+		      sample_value(get(*q, "engaged")));
+		m.add("esptun_rx_queue_marks_total", "counter",
+		      "ECN-capable packets marked CE by the receive queue limit.", ifl,
+		      sample_value(get(*q, "marks")));
+	}
 	for (const Json& p : items(get(s, "peers"))) {
 		const std::string pl = ifl + ",peer=\"" + label_value(str(p, {"name"})) + "\"";
 		const Json* t = get(p, "totals");
@@ -335,6 +367,7 @@ std::string render_show(const Json& s, bool colour, int64_t now_unix_ms) {
 	                std::to_string(u64(s, {"workers"})) + " worker(s)");
 	const std::string drops = nonzero(get(s, "drops"));
 	out += line(p, "drops", drops.empty() ? std::string("none") : p.bad(drops));
+	if (const Json* q = get(s, "queue")) out += line(p, "rx queue", queue_text(*q));
 	if (const Json* c = json_at(s, {"ike", "counters"})) {
 		std::string ike = std::to_string(u64(*c, {"received"})) + " messages received, " +
 		                  std::to_string(u64(*c, {"sent"})) + " sent";

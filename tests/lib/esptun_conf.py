@@ -76,6 +76,8 @@ class Endpoint:
     state_dir: str = None
     workers: int = None  # None: the gateway's default (one per CPU)
     io_engine: str = None  # None: auto
+    # Further [tunnel] keys, written as they are: {"queue_target_us": 0}.
+    extra: dict = field(default_factory=dict)
 
     def render(self):
         return render(self)
@@ -113,6 +115,8 @@ def render(ep):
         lines.append(f"workers = {ep.workers}")
     if ep.io_engine is not None:
         lines.append(f'io_engine = "{ep.io_engine}"')
+    for key, value in ep.extra.items():
+        lines.append(f"{key} = {_toml_value(value)}")
     for p in ep.peers:
         aead = SUITES[p.cipher]["aead"]
         lines += ["", "[[peer]]", f'name = "{p.name}"']

@@ -280,6 +280,10 @@ def check_show(rep, build, tmp):
               is not None and peer["totals"]["rx_bytes"] > 0, "transfer both ways", out)
     rep.check(f"keying: static, {peer['cipher']}" in out, "keying and suite", out)
     rep.check("drops: none" in out, "no drops", out)
+    q = status["queue"]
+    rep.check(f"rx queue: limit {q['target_us']} us target, {q['interval_ms']} ms interval" in out
+              and f"engaged {q['engaged']} time(s), {q['marks']} marked CE, {q['drops']} dropped" in out,
+              "the receive queue limit and what it did", out)
     rep.check("\x1b[" not in out, "no colour when stdout is not a terminal")
     rc, out = on_terminal(build, "show", "-s", sock, env={k: v for k, v in os.environ.items()
                                                           if k != "NO_COLOR"})
@@ -342,6 +346,10 @@ def check_prometheus(rep, build, tmp):
               "drops by reason")
     rep.equal(sample("esptun_packets_total", path="udp_rx"),
               float(status["counters"]["udp_rx_packets"]), "packets by path")
+    rep.equal(sample("esptun_rx_queue_target_seconds"), status["queue"]["target_us"] / 1e6,
+              "the receive queue limit's target, in seconds")
+    rep.equal(sample("esptun_rx_queue_marks_total"), float(status["queue"]["marks"]),
+              "the receive queue limit's CE marks")
     rc, _, err = tool(build, "show", "--format", "prometheus")
     rep.check(rc == 2 and "--format" in err and "not expected" in err, "show --format: exit 2", err)
 

@@ -1,4 +1,5 @@
-// [tunnel] udp_gso, socket_buffer, workers, busy_poll_us and wake_poll_us: the underlay and worker knobs.
+// [tunnel] udp_gso, socket_buffer, workers, busy_poll_us, wake_poll_us and the queue limit: the underlay and
+// worker knobs.
 #include "tests/unit/conf/conf_test_util.hpp"
 
 using namespace esptun;
@@ -82,5 +83,28 @@ TEST_CASE("busy_poll_us: off (0) by default, up to 1000") {
 	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "busy_poll_us = -5"), Role::gateway, 7,
 	                   "out of range");
 	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "busy_poll_us = 0.5"), Role::gateway, 7,
+	                   "must be an integer");
+}
+
+TEST_CASE("queue_target_us / queue_interval_ms: 1 ms in 20 ms by default, target 0 switches it off") {
+	const TunnelConfig def = parse_config(gateway_lines().text(), "test.toml", Role::gateway).tunnel;
+	CHECK(def.queue_target_us == 1000);
+	CHECK(def.queue_interval_ms == 20);
+	CHECK(tunnel_with("queue_target_us = 0").queue_target_us == 0);
+	CHECK(tunnel_with("queue_target_us = 5000").queue_target_us == 5000);
+	CHECK(tunnel_with("queue_interval_ms = 100").queue_interval_ms == 100);
+	// Off: no interval to be longer than.
+	CHECK(
+	    parse_config(gateway_lines().insert_after(6, "queue_target_us = 0\nqueue_interval_ms = 1").text(),
+	                 "test.toml", Role::gateway)
+	        .tunnel.queue_interval_ms == 1);
+	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "queue_target_us = 100001"), Role::gateway, 7,
+	                   "queue_target_us 100001 is out of range; use 0 (no limit) up to 100000 "
+	                   "microseconds (default 1000)");
+	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "queue_interval_ms = 0"), Role::gateway, 7,
+	                   "queue_interval_ms 0 is out of range; use 1 up to 1000 milliseconds (default 20)");
+	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "queue_target_us = 20000"), Role::gateway, 7,
+	                   "queue_target_us (20000) must be shorter than queue_interval_ms (20 ms)");
+	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "queue_target_us = \"1ms\""), Role::gateway, 7,
 	                   "must be an integer");
 }

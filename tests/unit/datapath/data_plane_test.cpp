@@ -7,6 +7,7 @@
 
 #include "base/bytes.hpp"
 #include "platform/unique_fd.hpp"
+#include "tunnel/ecn.hpp"
 #include "tunnel/esp.hpp"
 
 #include "tests/unit/support/runtime_test_util.hpp"
@@ -84,8 +85,8 @@ struct Receiver {
 		REQUIRE(res.verdict == tunnel::Verdict::forward);
 		return res.datagram;
 	}
-	void send(std::span<uint8_t> datagram) {
-		platform::SendSlot slot{datagram, ep_b};
+	void send(std::span<uint8_t> datagram, uint8_t ecn = 0) {
+		platform::SendSlot slot{datagram, ep_b, ecn};
 		REQUIRE(sender.send_batch({&slot, 1}).count == 1);
 	}
 	/// One ESP datagram to B; true once its inner packet came out of tun B.
@@ -424,4 +425,89 @@ TEST_CASE("after waking from an idle spell, a data plane polls once for wake_pol
 	CHECK(err == 0);
 	for (size_t i = 0; i < kDropReasons; i++)
 		CHECK(r.stats_b.drops[i].get() == 0);
+}
+
+namespace {
+
+/// What the queue limit did to a stream that kept a standing queue in B's socket.
+struct QueueRun {
+	size_t ect_sent = 0, not_ect_sent = 0, small_sent = 0;
+	size_t ce_out = 0, ect_out = 0, not_ect_out = 0, small_out = 0;
+};
+
+/**
+ * standing_queue() - 30 rounds of: 8 datagrams to B (ECT(0) and Not-ECT
+ * bulk packets of 1000 bytes, and one small Not-ECT packet), a 2 ms wait,
+ * then one inbound pass: each datagram waited at least 2 ms in the socket,
+ * for 60 ms in all. Counts what came out of tun B, by its ECN field.
+ */
+QueueRun standing_queue(Receiver& r) {
+	QueueRun q;
+	for (int round = 0; round < 30; round++) {
+		for (int i = 0; i < 8; i++) {
+			const bool small = i == 7, ect = !small && i % 2 == 0;
+			auto pkt = ipv4_packet(0x0a630001, 0x0a630002, small ? 36 : 972);
+			if (ect) pkt[1] = tunnel::ecn::kEct0;
+			// RFC 6040 normal mode: the outer field is the inner one.
+			r.send(r.seal(pkt), ect ? tunnel::ecn::kEct0 : tunnel::ecn::kNotEct);
+			(small ? q.small_sent : ect ? q.ect_sent : q.not_ect_sent)++;
+		}
+		usleep(2000);
+		REQUIRE(test::wait_readable(r.udp_b.fd()));
+		r.plane_b.inbound_batch();
+		std::vector<uint8_t> out(2048);
+		for (ssize_t n; (n = read(r.tun_b.test_end.get(), out.data(), out.size())) > 0;) {
+			const uint8_t field = tunnel::ecn::field({out.data(), size_t(n)});
+			if (n < 100)
+				q.small_out++;
+			else if (field == tunnel::ecn::kCe)
+				q.ce_out++;
+			else if (field == tunnel::ecn::kEct0)
+				q.ect_out++;
+			else
+				q.not_ect_out++;
+		}
+	}
+	return q;
+}
+
+} // namespace
+
+TEST_CASE("the queue limit marks ECN-capable bulk packets CE and drops the others, sparing small ones") {
+	Receiver r;
+	REQUIRE(r.udp_b.enable_rx_timestamps());
+	r.plane_b.set_queue_limit({1000000, 5000000}); // 1 ms target, 5 ms interval
+	const QueueRun q = standing_queue(r);
+	const uint64_t marks = r.stats_b.queue_marks.get(), drops = r.stats_b.drops_of(Drop::queue_delay);
+	INFO("marks " << marks << ", drops " << drops << ", engaged " << r.stats_b.queue_engaged.get());
+	// Above target for 60 ms, 12 intervals: the control law signals often.
+	CHECK(r.stats_b.queue_engaged.get() >= 1);
+	CHECK(marks + drops >= 5);
+	CHECK(marks >= 1);
+	CHECK(drops >= 1);
+	// Each mark reached the inner header; each drop was a Not-ECT packet.
+	CHECK(q.ce_out == marks);
+	CHECK(q.ect_out + q.ce_out == q.ect_sent);
+	CHECK(q.not_ect_out + drops == q.not_ect_sent);
+	CHECK(q.small_out == q.small_sent);
+	CHECK(r.stats_b.queue_sojourn_us.get() >= 2000);
+	CHECK(r.stats_b.drops_of(Drop::ce_not_ect) == 0);
+}
+
+TEST_CASE("without the queue limit (or without arrival times) the same standing queue is left alone") {
+	for (bool stamps : {false, true}) {
+		INFO("timestamps " << stamps);
+		Receiver r;
+		if (stamps)
+			REQUIRE(r.udp_b.enable_rx_timestamps());
+		else
+			r.plane_b.set_queue_limit({1000000, 5000000}); // on, but no arrival times to judge by
+		const QueueRun q = standing_queue(r);
+		CHECK(r.stats_b.queue_marks.get() == 0);
+		CHECK(r.stats_b.drops_of(Drop::queue_delay) == 0);
+		CHECK(r.stats_b.queue_engaged.get() == 0);
+		CHECK(q.ect_out == q.ect_sent);
+		CHECK(q.not_ect_out == q.not_ect_sent);
+		CHECK(q.small_out == q.small_sent);
+	}
 }

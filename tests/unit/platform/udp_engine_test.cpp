@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <ctime>
 #include <doctest/doctest.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -521,5 +522,46 @@ TEST_CASE_TEMPLATE("engine: the ECN field goes out in the outer header and is re
 			CHECK(got[i].first == payloads[i]);
 			CHECK(int(got[i].second) == int(ecn[i]));
 		}
+	}
+}
+
+namespace {
+int64_t realtime_ns() {
+	timespec ts{};
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+} // namespace
+
+TEST_CASE_TEMPLATE("engine: each datagram's arrival time, when asked for, beside its ECN field", E, ENGINES) {
+	enter_fresh_netns();
+	for (const char* family : {"IPv4", "dual-stack to IPv4", "IPv6"}) {
+		INFO(family);
+		const std::string f = family;
+		Peer<E> a(f == "IPv6" ? "::1" : "127.0.0.1"), b(f == "IPv4" ? "127.0.0.1" : "::");
+		const Endpoint to = b.at(f == "IPv6" ? "::1" : "127.0.0.1");
+		const std::string payload = numbered(1, 300);
+		// Not asked for: nothing reported.
+		REQUIRE(a.engine->send_batch(std::vector<SendSlot>{{bytes_of(payload), to, 2}}).count == 1);
+		Receiver rx(4);
+		REQUIRE(wait_readable(b.engine->poll_fd()));
+		REQUIRE(b.engine->recv_batch(rx.slots).count == 1);
+		CHECK(rx.slots[0].rx_ns == 0);
+		// Asked for: the time the kernel queued it, read back after it
+		// waited 30 ms, with the ECN field still there (the control space
+		// holds all the messages).
+		REQUIRE(b.sock.enable_rx_timestamps());
+		const int64_t before = realtime_ns();
+		REQUIRE(a.engine->send_batch(std::vector<SendSlot>{{bytes_of(payload), to, 1}}).count == 1);
+		const int64_t after = realtime_ns();
+		std::this_thread::sleep_for(std::chrono::milliseconds(30));
+		REQUIRE(wait_readable(b.engine->poll_fd()));
+		REQUIRE(b.engine->recv_batch(rx.slots).count == 1);
+		const int64_t taken = realtime_ns();
+		CHECK(rx.text(0) == payload);
+		CHECK(int(rx.slots[0].ecn) == 1);
+		CHECK(rx.slots[0].rx_ns >= before);
+		CHECK(rx.slots[0].rx_ns <= after);
+		CHECK(taken - rx.slots[0].rx_ns >= 30000000);
 	}
 }
