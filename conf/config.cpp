@@ -677,8 +677,8 @@ void Loader::parse_allowed_ips(const toml::table& t, PeerConfig& peer, bool may_
 			         q(to_string(p->network())) + " (the network) or " +
 			         q(to_string(IpPrefix{p->addr, static_cast<uint8_t>(p->addr.max_prefix())})) +
 			         " (just that host)?");
-		for (const auto& [other, claim] : routes_) {
-			if (!p->overlaps(other)) continue;
+		if (const auto* hit = route_index_.first_overlap(*p)) {
+			const auto& [other, claim] = routes_[hit->value];
 			std::string owner =
 			    claim.peer == peer.name ? "this same peer" : "peer " + q(claim.peer);
 			fail(a.line, "allowed_ips entry " + q(a.value) + " overlaps " + q(to_string(other)) +
@@ -686,6 +686,7 @@ void Loader::parse_allowed_ips(const toml::table& t, PeerConfig& peer, bool may_
 			                 "); each inner address must belong to exactly one peer, so remove "
 			                 "or narrow one");
 		}
+		route_index_.insert(*p, routes_.size());
 		routes_.push_back({*p, Claim{peer.name, a.line}});
 		peer.allowed_ips.push_back(*p);
 	}

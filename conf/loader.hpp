@@ -3,6 +3,7 @@
 // code that includes toml++.
 #pragma once
 
+#include "base/disjoint_prefixes.hpp"
 #include "conf/config.hpp"
 #include "conf/file_source.hpp"
 
@@ -165,6 +166,7 @@ private:
 	std::map<std::string, int> names_;
 	std::map<uint32_t, Claim> in_spis_, out_spis_;
 	std::vector<std::pair<IpPrefix, Claim>> routes_;
+	DisjointPrefixes<size_t> route_index_; ///< routes_ by start address (the value: its index)
 	/// A users_file read: its peer, path and the config line naming it.
 	struct UserSource {
 		std::string peer;

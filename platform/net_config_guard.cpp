@@ -22,19 +22,36 @@ NetConfigGuard& NetConfigGuard::operator=(NetConfigGuard&& other) noexcept {
 
 NetConfigGuard::~NetConfigGuard() { restore(); }
 
+void NetConfigGuard::room_for_one() {
+	// Doubling: reserve(size() + 1) would reallocate (and copy every entry)
+	// at each call, quadratic in the 10,000 routes of 10,000 peers.
+	if (entries_.size() == entries_.capacity())
+		entries_.reserve(std::max<size_t>(16, 2 * entries_.capacity()));
+}
+
 void NetConfigGuard::add_address(int ifindex, const IpPrefix& addr) {
 	// Reserve first: once the kernel has the address, recording it must not
 	// be able to fail (a bad_alloc then would leak it past restore()).
-	entries_.reserve(entries_.size() + 1);
+	room_for_one();
 	platform::add_address(ifindex, addr);
 	entries_.push_back({false, addr, ifindex, std::nullopt, std::nullopt});
 }
 
 void NetConfigGuard::add_route(const IpPrefix& dst, int ifindex, std::optional<IpAddress> gateway,
                                std::optional<uint32_t> table) {
-	entries_.reserve(entries_.size() + 1);
+	room_for_one();
 	platform::add_route(dst, ifindex, gateway, table);
 	entries_.push_back({true, dst, ifindex, gateway, table});
+}
+
+void NetConfigGuard::add_routes(std::span<const IpPrefix> dsts, int ifindex) {
+	// Room for all first: each route the kernel adds is recorded at once,
+	// without an allocation that could fail between the two.
+	if (entries_.capacity() - entries_.size() < dsts.size())
+		entries_.reserve(std::max(entries_.size() + dsts.size(), 2 * entries_.capacity()));
+	platform::add_routes(dsts, ifindex, [&](size_t i) {
+		entries_.push_back({true, dsts[i], ifindex, std::nullopt, std::nullopt});
+	});
 }
 
 void NetConfigGuard::remove_route(const IpPrefix& dst, int ifindex) {

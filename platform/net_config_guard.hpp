@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "base/inet.hpp"
@@ -43,6 +44,15 @@ public:
 	               std::optional<uint32_t> table = {});
 
 	/**
+	 * add_routes() - add_routes() from netlink.hpp (directly connected,
+	 * main table, batched), each route the kernel added remembered for removal
+	 *
+	 * Throws SystemError at the first refusal; what was added stays
+	 * remembered (restore() removes it).
+	 */
+	void add_routes(std::span<const IpPrefix> dsts, int ifindex);
+
+	/**
 	 * remove_route() - delete a route add_route() added through @ifindex
 	 * (main table, no gateway) and forget it; one it does not hold is left
 	 * alone. Throws SystemError when the kernel refuses (it stays held).
@@ -73,6 +83,8 @@ private:
 		std::optional<IpAddress> gateway;
 		std::optional<uint32_t> table;
 	};
+	/// room_for_one() - make sure one more entry can be recorded without allocating
+	void room_for_one();
 	std::vector<Entry> entries_;
 };
 

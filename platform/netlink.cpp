@@ -3,11 +3,13 @@
 // how the kernel laid out a reply.
 #include "platform/netlink.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <sys/socket.h>
@@ -166,7 +168,9 @@ using ReplyFn = std::function<void(uint16_t type, std::span<const uint8_t> paylo
  * Transport failures throw SystemError; the kernel's own verdict is returned.
  * Return: the ack
  */
-Ack transact(Request& req, const std::string& what, const ReplyFn& on_reply = {}) {
+/// open_socket() - a NETLINK_ROUTE socket with extended and capped acks
+/// and a receive timeout; @what names the request in errors
+UniqueFd open_socket(const std::string& what) {
 	UniqueFd fd(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
 	if (!fd) throw_errno("netlink socket for", what);
 	const int one = 1;
@@ -176,26 +180,34 @@ Ack transact(Request& req, const std::string& what, const ReplyFn& on_reply = {}
 	::setsockopt(fd.get(), SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof one);
 	const timeval timeout{kReplyTimeoutSeconds, 0};
 	::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+	return fd;
+}
 
-	// One request per socket, so any sequence number will do; replies are
-	// still matched on it and on the sender (pid 0 is the kernel).
-	constexpr uint32_t seq = 1;
-	const auto msg = req.finish(seq);
+/// send_to_kernel() - send @msg (one or more requests back to back)
+void send_to_kernel(int fd, std::span<const uint8_t> msg, const std::string& what) {
 	sockaddr_nl kernel{};
 	kernel.nl_family = AF_NETLINK;
 	ssize_t sent;
 	do
-		sent = ::sendto(fd.get(), msg.data(), msg.size(), 0,
-		                reinterpret_cast<const sockaddr*>(&kernel), sizeof kernel);
+		sent = ::sendto(fd, msg.data(), msg.size(), 0, reinterpret_cast<const sockaddr*>(&kernel),
+		                sizeof kernel);
 	while (sent < 0 && errno == EINTR);
 	if (sent < 0) throw_errno("netlink send for", what);
+}
 
+/**
+ * receive() - read the kernel's messages until @on_message says done
+ * @on_message: called with (header, payload) of each message; returns true
+ *              when no more are wanted
+ * Malformed or oversized replies and a silent kernel throw SystemError.
+ */
+template <class F> void receive(int fd, const std::string& what, F&& on_message) {
 	std::vector<uint8_t> buf(kReplyBufferBytes);
 	for (;;) {
 		sockaddr_nl from{};
 		socklen_t from_len = sizeof from;
 		// MSG_TRUNC makes recvfrom() return the real size of a longer message.
-		const ssize_t n = ::recvfrom(fd.get(), buf.data(), buf.size(), MSG_TRUNC,
+		const ssize_t n = ::recvfrom(fd, buf.data(), buf.size(), MSG_TRUNC,
 		                             reinterpret_cast<sockaddr*>(&from), &from_len);
 		if (n < 0 && errno == EINTR) continue;
 		if (n < 0)
@@ -214,12 +226,29 @@ Ack transact(Request& req, const std::string& what, const ReplyFn& on_reply = {}
 				throw SystemError(EBADMSG, "netlink reply for " + what);
 			const auto payload = data.subspan(off + NLMSG_HDRLEN, h.nlmsg_len - NLMSG_HDRLEN);
 			off += align4(h.nlmsg_len);
-			if (h.nlmsg_seq != seq) continue;
-			if (h.nlmsg_type == NLMSG_ERROR) return parse_ack(h.nlmsg_flags, payload);
-			if (h.nlmsg_type == NLMSG_DONE) return {};
-			if (on_reply) on_reply(h.nlmsg_type, payload);
+			if (on_message(h, payload)) return;
 		}
 	}
+}
+
+Ack transact(Request& req, const std::string& what, const ReplyFn& on_reply = {}) {
+	UniqueFd fd = open_socket(what);
+	// One request per socket, so any sequence number will do; replies are
+	// still matched on it and on the sender (pid 0 is the kernel).
+	constexpr uint32_t seq = 1;
+	send_to_kernel(fd.get(), req.finish(seq), what);
+	Ack ack;
+	receive(fd.get(), what, [&](const nlmsghdr& h, std::span<const uint8_t> payload) {
+		if (h.nlmsg_seq != seq) return false;
+		if (h.nlmsg_type == NLMSG_ERROR) {
+			ack = parse_ack(h.nlmsg_flags, payload);
+			return true;
+		}
+		if (h.nlmsg_type == NLMSG_DONE) return true;
+		if (on_reply) on_reply(h.nlmsg_type, payload);
+		return false;
+	});
+	return ack;
 }
 
 /**
@@ -416,6 +445,44 @@ void add_route(const IpPrefix& dst, int ifindex, std::optional<IpAddress> gatewa
 		throw SystemError(EINVAL, what, "gateway and destination differ in family");
 	Request req = route_request(RTM_NEWROUTE, dst, ifindex, gateway, table);
 	check(transact(req, what), what);
+}
+
+void add_routes(std::span<const IpPrefix> dsts, int ifindex, const std::function<void(size_t)>& added) {
+	if (dsts.empty()) return;
+	const std::string dev = link_name(ifindex);
+	const std::string what = "add routes dev " + dev;
+	UniqueFd fd = open_socket(what);
+	// Up to kRouteBatch requests per datagram, each with its own sequence
+	// number (its index + 1): the kernel handles them one by one and acks
+	// each, in order.
+	constexpr size_t kRouteBatch = 64;
+	std::vector<uint8_t> out;
+	for (size_t start = 0; start < dsts.size(); start += kRouteBatch) {
+		const size_t n = std::min(kRouteBatch, dsts.size() - start);
+		out.clear();
+		for (size_t i = 0; i < n; i++) {
+			Request req = route_request(RTM_NEWROUTE, dsts[start + i], ifindex, {}, {});
+			const auto msg = req.finish(uint32_t(start + i + 1));
+			out.insert(out.end(), msg.begin(), msg.end());
+		}
+		send_to_kernel(fd.get(), out, what);
+		std::optional<std::pair<size_t, Ack>> refused;
+		size_t acked = 0;
+		receive(fd.get(), what, [&](const nlmsghdr& h, std::span<const uint8_t> payload) {
+			if (h.nlmsg_type != NLMSG_ERROR || h.nlmsg_seq <= start || h.nlmsg_seq > start + n)
+				return false;
+			const size_t index = h.nlmsg_seq - 1;
+			Ack ack = parse_ack(h.nlmsg_flags, payload);
+			if (ack.err == 0)
+				added(index);
+			else if (!refused)
+				refused.emplace(index, std::move(ack));
+			return ++acked == n;
+		});
+		if (refused)
+			check(refused->second,
+			      "add route " + to_string(dsts[refused->first]) + " dev " + dev);
+	}
 }
 
 void del_route(const IpPrefix& dst, int ifindex, std::optional<IpAddress> gateway,

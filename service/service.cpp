@@ -297,10 +297,13 @@ void run_service(const conf::Config& config, const std::string& program) {
 	ControlServer control(loop.io, tc.control_socket, status_source(info, workers, table));
 	// A gateway reads its config again after the privilege drop through a
 	// helper that stays root (service/config_reader.hpp); forked here, while
-	// the process has one thread.
-	std::unique_ptr<ConfigReader> config_reader = open_config_reader(config);
+	// the process has one thread, and after the reloader's copy of the
+	// config: every page the parent writes after a fork is copied first (a
+	// fault each), which with 10,000 peers cost more than adding their routes.
+	std::unique_ptr<ConfigReader> config_reader;
 	Reloader reloader(config, {table, seq_state, ike.get(), routes, workers[0]->queue.ifindex},
 	                  [&config_reader] { return config_reader->load(); });
+	config_reader = open_config_reader(config);
 	enable_reload(config, loop, control, reloader);
 	// 8b. Give up root: CAP_NET_ADMIN, no_new_privs, seccomp (before any thread starts).
 	drop_privileges(config);

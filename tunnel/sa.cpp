@@ -2,10 +2,14 @@
 // the epoch-based reclamation of the SAs they replace. See sa.hpp.
 #include "tunnel/sa.hpp"
 
+#include "base/disjoint_prefixes.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 
 namespace esptun::tunnel {
@@ -173,20 +177,26 @@ PeerChange SaTable::prepare_peers(std::span<const std::string> remove,
 		return std::find(change.removed_.begin(), change.removed_.end(), p) != change.removed_.end();
 	};
 	// The peers that stay, then the new ones: the new set is built from all.
+	// Names and prefixes are checked through indexes, not against every
+	// other peer: 10,000 static peers start in well under a second.
 	std::vector<Peer*> all;
+	std::unordered_set<std::string_view> names; // views of the peers' own names
 	for (const auto& p : peers_)
-		if (!removed(p.get())) all.push_back(p.get());
+		if (!removed(p.get())) {
+			all.push_back(p.get());
+			names.insert(p->name);
+		}
 	for (const PeerParams& p : add) {
-		for (const Peer* q : all)
-			if (q->name == p.name)
-				throw std::invalid_argument("peer " + p.name + " is listed twice");
+		if (names.count(p.name)) throw std::invalid_argument("peer " + p.name + " is listed twice");
 		change.added_.push_back(build_peer(p));
 		all.push_back(change.added_.back().get());
+		names.insert(all.back()->name);
 	}
 
 	change.set_ = std::make_unique<PeerSet>();
 	PeerSet& set = *change.set_;
-	std::lock_guard lock(control_); // the run-time SPIs in use
+	std::lock_guard lock(control_);   // the run-time SPIs in use
+	DisjointPrefixes<size_t> claimed; // the prefixes so far; the value: the peer's index in all
 	for (size_t i = 0; i < all.size(); i++) {
 		Peer* peer = all[i];
 		if (peer->in) {
@@ -199,16 +209,27 @@ PeerChange SaTable::prepare_peers(std::span<const std::string> remove,
 				                            " is already used by another peer");
 		}
 		for (const IpPrefix& prefix : peer->allowed_ips) {
-			for (size_t j = 0; j < i; j++)
-				for (const IpPrefix& q : all[j]->allowed_ips)
-					if (q.overlaps(prefix))
-						throw std::invalid_argument(
-						    "peer " + peer->name + ": allowed_ips " +
-						    to_string(prefix) + " overlaps peer " + all[j]->name +
-						    "'s " + to_string(q));
+			// An earlier peer's prefix that overlaps refuses the set; one of
+			// this peer's own may hold it (then only the outer one is kept).
+			const DisjointPrefixes<size_t>::Entry* theirs = nullptr;
+			bool covered = false;
+			claimed.for_each_overlap(prefix, [&](const DisjointPrefixes<size_t>::Entry& e) {
+				if (e.value != i) {
+					theirs = &e;
+					return false;
+				}
+				covered = covered || e.prefix.len <= prefix.len;
+				return true;
+			});
+			if (theirs)
+				throw std::invalid_argument("peer " + peer->name + ": allowed_ips " +
+				                            to_string(prefix) + " overlaps peer " +
+				                            all[theirs->value]->name + "'s " +
+				                            to_string(theirs->prefix));
 			if (!set.allowed.insert(prefix, peer))
 				throw std::invalid_argument("peer " + peer->name + ": allowed_ips " +
 				                            to_string(prefix) + " is listed twice");
+			if (!covered) claimed.insert(prefix, i);
 		}
 	}
 	return change;

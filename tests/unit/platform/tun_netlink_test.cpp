@@ -258,6 +258,51 @@ TEST_CASE("NetConfigGuard removes what it added, newest first") {
 	add_route(prefix("10.98.0.0/24"), tun.ifindex);
 }
 
+TEST_CASE(
+    "NetConfigGuard::add_routes adds hundreds in batches; a refusal names its route, the rest stay known") {
+	enter_fresh_netns();
+	TunDevice tun = open_tun("esp0");
+	set_link_up(tun.ifindex);
+	// 300 routes, more than four batches, both families.
+	std::vector<IpPrefix> routes;
+	for (int i = 0; i < 290; i++)
+		routes.push_back(prefix(
+		    ("10.50." + std::to_string(i / 4) + "." + std::to_string(i % 4 * 64) + "/26").c_str()));
+	for (int i = 0; i < 10; i++)
+		routes.push_back(prefix(("fd10:" + std::to_string(i) + "::/64").c_str()));
+	{
+		NetConfigGuard guard;
+		guard.add_routes(routes, tun.ifindex);
+		CHECK(guard.size() == routes.size());
+		for (const IpPrefix& p : routes) {
+			INFO(to_string(p));
+			auto r = get_route(p.addr);
+			REQUIRE(r);
+			CHECK(r->ifindex == tun.ifindex);
+		}
+		// One that exists, in the middle of a batch: refused, named, and
+		// the batch's others are added and remembered.
+		std::vector<IpPrefix> more = {prefix("10.60.0.0/24"), prefix("10.50.3.0/26"),
+		                              prefix("10.61.0.0/24")};
+		try {
+			guard.add_routes(more, tun.ifindex);
+			FAIL("a route that exists was added");
+		} catch (const SystemError& e) {
+			CHECK(e.err() == EEXIST);
+			CHECK(std::string(e.what()).find("add route 10.50.3.0/26 dev esp0") !=
+			      std::string::npos);
+		}
+		CHECK(guard.size() == routes.size() + 2);
+		CHECK(get_route(ip("10.60.0.1")));
+		CHECK(get_route(ip("10.61.0.1")));
+		CHECK_NOTHROW(guard.add_routes({}, tun.ifindex));
+	}
+	// Everything the guard added went with it.
+	CHECK_FALSE(get_route(ip("10.50.0.1")));
+	CHECK_FALSE(get_route(ip("10.61.0.1")));
+	CHECK_FALSE(get_route(ip("fd10:9::1")));
+}
+
 TEST_CASE("NetConfigGuard clean-up survives the tun having gone first") {
 	enter_fresh_netns();
 	NetConfigGuard guard;

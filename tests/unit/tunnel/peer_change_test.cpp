@@ -269,4 +269,52 @@ TEST_CASE("adding and removing a peer 200 times while two workers forward to ano
 }
 
 } // namespace
+
+TEST_CASE("10,000 peers: names and allowed_ips are checked through indexes, with the same verdicts") {
+	constexpr size_t kPeers = 10000;
+	auto many = [](size_t n) {
+		std::vector<tunnel::PeerParams> v;
+		for (size_t i = 0; i < n; i++) {
+			const std::string net =
+			    "10." + std::to_string(i >> 8) + "." + std::to_string(i & 255) + ".0/24";
+			v.push_back(test::run_time_peer("p" + std::to_string(i), std::nullopt,
+			                                {*parse_prefix(net.c_str())}));
+		}
+		return v;
+	};
+	std::vector<tunnel::PeerParams> peers = many(kPeers);
+	// A peer's own prefixes may nest, in either order.
+	peers[10].allowed_ips.push_back(*parse_prefix("10.0.10.128/25"));
+	peers[11].allowed_ips.insert(peers[11].allowed_ips.begin(), *parse_prefix("10.0.11.64/26"));
+	tunnel::SaTable t(peers);
+	CHECK(t.peers().size() == kPeers);
+	CHECK(t.find_peer("p9999") != nullptr);
+
+	// One more whose prefix holds p17's, or lies inside p9998's.
+	tunnel::PeerParams wide = test::run_time_peer("wide", std::nullopt, {*parse_prefix("10.0.16.0/20")});
+	CHECK_THROWS_WITH_AS(t.prepare_peers({}, {wide}),
+	                     doctest::Contains("peer wide: allowed_ips 10.0.16.0/20 overlaps peer p"),
+	                     std::invalid_argument);
+	tunnel::PeerParams inside =
+	    test::run_time_peer("inside", std::nullopt, {*parse_prefix("10.39.14.7/32")});
+	CHECK_THROWS_WITH_AS(t.prepare_peers({}, {inside}),
+	                     doctest::Contains("overlaps peer p9998's 10.39.14.0/24"), std::invalid_argument);
+	// A name that is taken, and the same prefix twice in one peer.
+	tunnel::PeerParams again =
+	    test::run_time_peer("p5000", std::nullopt, {*parse_prefix("10.200.0.0/24")});
+	CHECK_THROWS_WITH_AS(t.prepare_peers({}, {again}), doctest::Contains("peer p5000 is listed twice"),
+	                     std::invalid_argument);
+	tunnel::PeerParams twice =
+	    test::run_time_peer("twice", std::nullopt, {*parse_prefix("10.201.0.0/24")});
+	twice.allowed_ips.push_back(*parse_prefix("10.201.0.0/24"));
+	CHECK_THROWS_WITH_AS(t.prepare_peers({}, {twice}), doctest::Contains("is listed twice"),
+	                     std::invalid_argument);
+	// Removing p17 frees its prefix for a newcomer.
+	tunnel::PeerParams heir = test::run_time_peer("heir", std::nullopt, {*parse_prefix("10.0.17.0/24")});
+	const std::vector<std::string> going = {"p17"};
+	CHECK_NOTHROW(t.commit_peers(t.prepare_peers(going, {heir})));
+	CHECK(t.find_peer("heir") != nullptr);
+	CHECK(t.find_peer("p17") == nullptr);
+}
+
 } // namespace esptun
