@@ -299,15 +299,17 @@ int install_syscall_filter() {
 		++allowed;
 	}
 	// Threads, not processes: glibc's pthread_create passes CLONE_THREAD, fork() does not.
+	// The argument tests are spelled out: libseccomp's SCMP_A0() macro is a
+	// C99 compound literal, which clang's -Wpedantic flags in C++.
 	rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
-	                      SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
+	                      scmp_arg_cmp{0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD});
 	if (rc < 0) fail(rc, "clone");
 	rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
 	if (rc < 0) fail(rc, "clone3");
 	// prctl: thread names only (pthread_setname_np on itself uses PR_SET_NAME).
 	for (int op : {PR_SET_NAME, PR_GET_NAME}) {
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1,
-		                      SCMP_A0(SCMP_CMP_EQ, scmp_datum_t(op)));
+		                      scmp_arg_cmp{0, SCMP_CMP_EQ, scmp_datum_t(op), 0});
 		if (rc < 0) fail(rc, "prctl");
 	}
 	if ((rc = seccomp_load(ctx)) < 0) fail(rc, "load");

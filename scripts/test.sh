@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # test.sh - the whole suite, as CI runs it (.ci/run), from a fresh machine:
 #   1. setup.sh            install missing packages
-#   2. build/              -DESPTUN_WERROR=ON, then ctest: unit, interop, netns,
-#                          bench; then the vm label once step 3 is built
+#   2. build/              gcc, -DESPTUN_WERROR=ON, the programs and test
+#                          tools but not the unit tests (step 3 builds and
+#                          runs those), then ctest: interop, netns, bench;
+#                          then the vm label once step 3 is built
 #   3. build-fuzz/         clang build with ASan+UBSan and libFuzzer's
-#                          coverage (at nice 19 during step 2's wire tests):
-#                          the unit tests run there (ctest -L unit, the
-#                          sanitizer pass), then each fuzz-* target for
-#                          ESPTUN_FUZZ_SECONDS (default 20) over a copy of
+#                          coverage, warnings as errors too (at nice 19
+#                          during step 2's wire tests): the unit tests run
+#                          there (ctest -L unit, the sanitizer pass), then
+#                          each fuzz-* target for ESPTUN_FUZZ_SECONDS
+#                          (default 10) over a copy of
 #                          tests/fuzz/corpus/<name>/
 #   4. build/deb/          the Debian package (scripts/build-deb.sh, after 3,
-#                          in the background at nice 19), then ctest -L
+#                          in the background at nice 19, unoptimised:
+#                          DEB_BUILD_OPTIONS=noopt, as its checks are about
+#                          the package, not the code), then ctest -L
 #                          package on it (lintian, install, purge), also in
 #                          the background; its result is collected after 3
 #   5. format              clang-format --dry-run --Werror (check-format.sh)
@@ -34,7 +39,7 @@ case "${1:-}" in
 esac
 root=$PWD
 jobs=$(nproc)
-fuzz_seconds=${ESPTUN_FUZZ_SECONDS:-20}
+fuzz_seconds=${ESPTUN_FUZZ_SECONDS:-10}
 logdir=$(mktemp -d /tmp/esptun-test.XXXXXX)
 trap 'rm -rf "$logdir"' EXIT
 
@@ -90,7 +95,8 @@ targets_named() {
 # serves both (a separate gcc ASan build cost CI a full compile more).
 build_fuzzers() {
 	local targets
-	CXX=clang++ cmake -S . -B build-fuzz -DESPTUN_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ || return 1
+	CXX=clang++ cmake -S . -B build-fuzz -DESPTUN_FUZZ=ON -DESPTUN_WERROR=ON \
+		-DCMAKE_CXX_COMPILER=clang++ || return 1
 	targets="$(targets_named build-fuzz fuzz-) $(targets_named build-fuzz unit-)"
 	[[ -n "${targets// /}" ]] || return 0
 	# shellcheck disable=SC2086 # one target name per word
@@ -177,7 +183,10 @@ package_chain() {
 	while [[ ! -s "$logdir/build-fuzz.rc" ]] && kill -0 "$bg_pid" 2>/dev/null; do
 		sleep 5
 	done
-	JOBS=$jobs scripts/build-deb.sh build/deb >"$logdir/build-deb.log" 2>&1
+	# Unoptimised: CI's package is checked for what it holds and how it
+	# installs; build/ is the optimised build the tests run.
+	DEB_BUILD_OPTIONS="noopt${DEB_BUILD_OPTIONS:+ $DEB_BUILD_OPTIONS}" JOBS=$jobs \
+		scripts/build-deb.sh build/deb >"$logdir/build-deb.log" 2>&1
 	echo $? >"$logdir/build-deb.rc"
 	if [[ "$(cat "$logdir/build-deb.rc")" == 0 && -x build/esptun-gateway ]]; then
 		ctest --test-dir build --output-on-failure --no-tests=error -L package \
@@ -227,7 +236,7 @@ finish_background() {
 
 # The build type is pinned because demo.sh leaves build/ configured as Release.
 if step "build (Werror)" bash -c \
-	"cmake -S . -B build -DESPTUN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build -j$jobs"; then
+	"cmake -S . -B build -DESPTUN_WERROR=ON -DESPTUN_UNIT_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build -j$jobs"; then
 	# The sanitizer and fuzz builds (about 13 minutes of compiling on two
 	# cores) run at nice 19 while the wire tests run: those mostly wait on
 	# namespaces, timers and transfers and keep their CPU share, since a nice
@@ -245,7 +254,7 @@ if step "build (Werror)" bash -c \
 		package_chain
 	) &
 	pkg_pid=$!
-	step "ctest build/ (unit, interop, netns, bench)" run_ctest build -LE 'vm|package'
+	step "ctest build/ (interop, netns, bench)" run_ctest build -LE 'vm|package'
 	finish_background "$bg_start"
 	step "ctest build/ -L vm (qemu, quiet machine)" run_ctest build -L vm
 else
