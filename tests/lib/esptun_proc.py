@@ -174,3 +174,17 @@ def peer(status, name):
         if p.get("name") == name:
             return p
     raise TestError(f"peer {name!r} missing from status: {json.dumps(status)[:400]}")
+
+
+# Drop reasons that are congestion signals, not faults: the receive queue
+# limit (datapath/codel.hpp) drops a bulk Not-ECT packet that waited too
+# long in the socket, as a router's queue would, and a busy test machine can
+# make it. Checks for "no drops" after bulk traffic leave them out.
+CONGESTION_DROPS = ("queue_delay",)
+
+
+def fault_drops(drops, allowed=()):
+    """fault_drops() - the non-zero counters of a status "drops" object,
+    without the congestion ones and those in allowed."""
+    return {k: v for k, v in drops.items() if v and k not in CONGESTION_DROPS and k not in allowed}
+

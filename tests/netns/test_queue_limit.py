@@ -34,11 +34,10 @@ import time
 # The shared helpers in tests/lib (tests/lib/README.md: why this one line).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
-import esptun_conf as conf  # noqa: E402
-import esptun_proc  # noqa: E402
 import netns  # noqa: E402
 import ping  # noqa: E402
 import report  # noqa: E402
+import static_pair  # noqa: E402
 from netns import TestError  # noqa: E402
 
 LOAD_S = 6
@@ -64,28 +63,11 @@ def in_ce_packets(ns):
 
 
 def run_case(rep, build, tmp, tag, idx, extra, pause):
-    a = netns.Netns(netns.unique("ql", f"{idx}a"))
-    b = netns.Netns(netns.unique("ql", f"{idx}b"))
-    netns.veth(a, b, "ula", "ulb", ["10.214.0.1/24"], ["10.214.0.2/24"])
-    for ns in (a, b):  # ECN-capable TCP both ways (Linux's default only accepts it)
-        ns.run("sysctl", "-qw", "net.ipv4.tcp_ecn=1")
-    a_out, b_out = conf.sa_pair("aes256-gcm", spi_base=0x7000 + 0x10 * idx)
-    sfx = f"{os.getpid() % 100000}{idx}"
-    cfgs = []
-    for me, peer, addr, peer_addr, ep, out, inb in (
-            ("a", "site-b", "10.99.0.1", "10.99.0.2", "10.214.0.2:4500", a_out, b_out),
-            ("b", "site-a", "10.99.0.2", "10.99.0.1", "10.214.0.1:4500", b_out, a_out)):
-        cfg = conf.Endpoint(interface=f"q{me}{sfx}", addresses=[f"{addr}/24"],
-                            control_socket=os.path.join(tmp, f"{me}{idx}.sock"),
-                            extra=extra if me == "b" else {},
-                            peers=[conf.Peer(name=peer, cipher="aes256-gcm", out=out, inb=inb,
-                                             allowed_ips=[f"{peer_addr}/32"], endpoint=ep)])
-        cfgs.append(cfg.write(os.path.join(tmp, f"{me}{idx}.toml")))
-    ea = esptun_proc.Endpoint(build, a, cfgs[0], os.path.join(tmp, f"a{idx}.log"))
-    eb = esptun_proc.Endpoint(build, b, cfgs[1], os.path.join(tmp, f"b{idx}.log"))
-    rep.on_failure.append(lambda: print(f"\n--- a:\n{netns.tail(ea.log)}\n--- b:\n{netns.tail(eb.log)}"))
-    ea.start()
-    eb.start()
+    def ecn_tcp(a, b):  # ECN-capable TCP both ways (Linux's default only accepts it)
+        for ns in (a, b):
+            ns.run("sysctl", "-qw", "net.ipv4.tcp_ecn=1")
+    a, b, ea, eb = static_pair.start(rep, build, tmp, "ql", idx, "10.214.0", 0x7000, "q",
+                                     b_opts={"extra": extra}, before_start=ecn_tcp)
     server = None
     try:
         res = ping.run(a, "10.99.0.2")
