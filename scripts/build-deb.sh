@@ -9,7 +9,9 @@
 # folder keeps both the repository and its parent clean. The copy holds the
 # files git tracks plus untracked ones it does not ignore, so local edits
 # are packaged and build folders are not.
-# Environment: JOBS (default: the number of CPUs) compile jobs.
+# Environment: JOBS (default: the number of CPUs) compile jobs;
+# ESPTUN_PREBUILT_DIR=DIR (an absolute path; scripts/test.sh) packages the
+# programs already built in the CMake tree DIR (debian/rules says how).
 set -euo pipefail
 if [[ "${1:-}" == -* ]]; then
 	echo "usage: build-deb.sh [OUTDIR]   (default build/deb)" >&2

@@ -23,7 +23,8 @@ build=${ESPTUN_BUILD_DIR:-}
 if [[ -z "$build" ]]; then
 	# The same configuration as test.sh, so running one after the other does
 	# not rebuild build/ from scratch.
-	cmake -S . -B build -DESPTUN_WERROR=ON -DESPTUN_UNIT_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake -S . -B build -DESPTUN_WERROR=ON -DESPTUN_UNIT_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		-DESPTUN_SYSTEMD_UNITDIR=/lib/systemd/system
 	cmake --build build -j"$(nproc)"
 	build=build
 elif [[ -f "$build/CMakeCache.txt" ]]; then

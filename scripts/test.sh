@@ -3,7 +3,8 @@
 #   1. setup.sh            install missing packages
 #   2. build/              gcc, -DESPTUN_WERROR=ON, the programs and test
 #                          tools but not the unit tests (step 3 builds and
-#                          runs those), then ctest: interop, netns, bench;
+#                          runs those; unit-platform is built for the VM's
+#                          udp-gso scenario), then ctest: interop, netns, bench;
 #                          then the vm label once step 3 is built
 #   3. build-fuzz/         clang build with ASan+UBSan and libFuzzer's
 #                          coverage, warnings as errors too (at nice 19
@@ -13,9 +14,9 @@
 #                          (default 10) over a copy of
 #                          tests/fuzz/corpus/<name>/
 #   4. build/deb/          the Debian package (scripts/build-deb.sh, after 3,
-#                          in the background at nice 19, unoptimised:
-#                          DEB_BUILD_OPTIONS=noopt, as its checks are about
-#                          the package, not the code), then ctest -L
+#                          in the background at nice 19) of build/'s
+#                          programs (ESPTUN_PREBUILT_DIR, debian/rules: its
+#                          checks are about the package), then ctest -L
 #                          package on it (lintian, install, purge), also in
 #                          the background; its result is collected after 3
 #   5. format              clang-format --dry-run --Werror (check-format.sh)
@@ -183,9 +184,11 @@ package_chain() {
 	while [[ ! -s "$logdir/build-fuzz.rc" ]] && kill -0 "$bg_pid" 2>/dev/null; do
 		sleep 5
 	done
-	# Unoptimised: CI's package is checked for what it holds and how it
-	# installs; build/ is the optimised build the tests run.
-	DEB_BUILD_OPTIONS="noopt${DEB_BUILD_OPTIONS:+ $DEB_BUILD_OPTIONS}" JOBS=$jobs \
+	# From build/'s programs (debian/rules: ESPTUN_PREBUILT_DIR): CI checks
+	# what the package holds, lintian's verdict and the install, and the
+	# programs are the ones the tests ran; compiling them a third time took
+	# CI several minutes.
+	ESPTUN_PREBUILT_DIR="$root/build" JOBS=$jobs \
 		scripts/build-deb.sh build/deb >"$logdir/build-deb.log" 2>&1
 	echo $? >"$logdir/build-deb.rc"
 	if [[ "$(cat "$logdir/build-deb.rc")" == 0 && -x build/esptun-gateway ]]; then
@@ -236,7 +239,7 @@ finish_background() {
 
 # The build type is pinned because demo.sh leaves build/ configured as Release.
 if step "build (Werror)" bash -c \
-	"cmake -S . -B build -DESPTUN_WERROR=ON -DESPTUN_UNIT_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build build -j$jobs"; then
+	"cmake -S . -B build -DESPTUN_WERROR=ON -DESPTUN_UNIT_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DESPTUN_SYSTEMD_UNITDIR=/lib/systemd/system && cmake --build build -j$jobs"; then
 	# The sanitizer and fuzz builds (about 13 minutes of compiling on two
 	# cores) run at nice 19 while the wire tests run: those mostly wait on
 	# namespaces, timers and transfers and keep their CPU share, since a nice

@@ -293,7 +293,9 @@ def check_show(rep, build, tmp):
               "no colour on a terminal with NO_COLOR set", out[:200])
 
 
-SAMPLE = re.compile(r'^([a-z_]+)\{((?:[a-z_]+="(?:[^"\\]|\\.)*",?)*)\} (-?[0-9.e+]+)$')
+# A sample's value: a number as the exposition format allows it (Go's float
+# syntax), exponent sign included ("8.1e-05").
+SAMPLE = re.compile(r'^([a-z_]+)\{((?:[a-z_]+="(?:[^"\\]|\\.)*",?)*)\} (-?[0-9.]+(?:e[-+]?[0-9]+)?)$')
 
 
 def check_prometheus(rep, build, tmp):
