@@ -1,4 +1,4 @@
-"""static_pair.py - two esptun gateways with static keys in two namespaces
+"""static_pair.py - start and stop two esptun gateways with static keys in two namespaces
 joined by a veth (the site-to-site frame of test_workers.py and
 test_queue_limit.py):
 
@@ -43,3 +43,10 @@ def start(rep, build, tmp, ns_tag, idx, underlay, spi_base, iface, a_opts=None, 
     ea.start()
     eb.start()
     return a, b, ea, eb
+
+
+def stop(rep, tag, *endpoints):
+    """stop() - SIGTERM each endpoint still running and check it exits 0."""
+    for e in endpoints:
+        if e.alive():
+            rep.equal(e.stop(), 0, f"[{tag}] {os.path.basename(e.config)}: SIGTERM -> exit code")

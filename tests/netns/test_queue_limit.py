@@ -124,10 +124,7 @@ def run_case(rep, build, tmp, tag, idx, extra, pause):
         if server and server.poll() is None:
             server.kill()
             server.wait()
-        for e in (ea, eb):
-            if e.alive():
-                rc = e.stop()
-                rep.equal(rc, 0, f"[{tag}] {os.path.basename(e.config)}: SIGTERM -> exit code")
+        static_pair.stop(rep, tag, ea, eb)
 
 
 def body(rep, build):

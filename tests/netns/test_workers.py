@@ -105,10 +105,7 @@ def run_engine(rep, build, tmp, engine, idx):
                   f" ({shed} shed unopened by the receive queue limit)")
         rep.info(f"[{engine}] B sa_in.reordered {pb['sa_in']['reordered']} (A's workers interleave)")
     finally:
-        for e in (ea, eb):
-            if e.alive():
-                rc = e.stop()
-                rep.equal(rc, 0, f"[{engine}] {os.path.basename(e.config)}: SIGTERM -> exit code")
+        static_pair.stop(rep, engine, ea, eb)
 
 
 def body(rep, build):
