@@ -61,7 +61,8 @@ enum class Drop : uint8_t {
 	tun_write_error, ///< write() to the tun device failed
 	udp_send_error,  ///< sending on the underlay socket failed
 	ce_not_ect,      ///< outer header CE-marked, inner packet not ECN-capable (RFC 6040: drop)
-	queue_delay,     ///< waited too long in the receive queue, not ECN-capable (datapath/codel.hpp)
+	queue_delay,     ///< waited too long in a receive or send queue, not ECN-capable (datapath/codel.hpp)
+	queue_overflow,  ///< the send queue was full: the oldest packet of its fullest flow (flow_queue.hpp)
 	count_,
 };
 inline constexpr size_t kDropReasons = static_cast<size_t>(Drop::count_);
@@ -78,9 +79,10 @@ inline constexpr size_t kIgnoreKinds = static_cast<size_t>(Ignore::count_);
 /// drop_name() - the status JSON's name for @d (the enum's spelling).
 constexpr std::string_view drop_name(Drop d) noexcept {
 	constexpr std::array<std::string_view, kDropReasons> names{
-	    "malformed", "unknown_spi",     "auth_failed",    "replay",     "policy",        "dest_policy",
-	    "padding",   "no_route",        "no_endpoint",    "no_sa",      "seq_exhausted", "seq_not_saved",
-	    "too_big",   "tun_write_error", "udp_send_error", "ce_not_ect", "queue_delay"};
+	    "malformed",     "unknown_spi",   "auth_failed",   "replay",          "policy",
+	    "dest_policy",   "padding",       "no_route",      "no_endpoint",     "no_sa",
+	    "seq_exhausted", "seq_not_saved", "too_big",       "tun_write_error", "udp_send_error",
+	    "ce_not_ect",    "queue_delay",   "queue_overflow"};
 	return names[static_cast<size_t>(d)];
 }
 // A reason added to the enum without a name would print as "" in the status.
@@ -131,6 +133,15 @@ struct DataPathStats {
 	/// Gauges, not summed by add(): how long the oldest datagram of the last
 	/// receive batch had waited (us), and whether the limit is signalling now.
 	Counter queue_sojourn_us, queue_signalling;
+	/// The send-side flow queue (datapath/flow_queue.hpp): inner packets
+	/// marked CE for waiting too long (Not-ECT ones count as
+	/// Drop::queue_delay, and tx_queue_drops too) and the times a flow's
+	/// controller engaged.
+	Counter tx_queue_marks, tx_queue_drops, tx_queue_engaged;
+	/// Gauges, not summed by add(): what the flow queue holds after the last
+	/// pass, how long the oldest packet sent in it had waited (us), and how
+	/// many flows are being signalled.
+	Counter tx_queue_bytes, tx_queue_packets, tx_queue_flows, tx_queue_sojourn_us, tx_queue_signalling;
 
 	void drop(Drop d) noexcept { drops[static_cast<size_t>(d)].add(); }
 	/// add() - this += @o (the status sums the workers' counters)
@@ -146,6 +157,9 @@ struct DataPathStats {
 		udp_gro_buffers.add(o.udp_gro_buffers.get());
 		queue_marks.add(o.queue_marks.get());
 		queue_engaged.add(o.queue_engaged.get());
+		tx_queue_marks.add(o.tx_queue_marks.get());
+		tx_queue_drops.add(o.tx_queue_drops.get());
+		tx_queue_engaged.add(o.tx_queue_engaged.get());
 	}
 	void ignore(Ignore i) noexcept { ignored[static_cast<size_t>(i)].add(); }
 	uint64_t drops_of(Drop d) const noexcept { return drops[static_cast<size_t>(d)].get(); }

@@ -20,9 +20,14 @@
 // Pure: time is passed in; one instance per receiving worker.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace esptun::datapath {
+
+/// Packets this long or longer may carry a queue signal: full-sized ones,
+/// not ACKs, pings or DNS (Codel::on_dequeue()'s @bulk).
+inline constexpr size_t kBulkBytes = 512;
 
 /// Parameters of a Codel (RFC 8289 section 4.3 and 4.4).
 struct CodelParams {

@@ -42,6 +42,8 @@
 #include <stdexcept>
 #include <string>
 #include <sys/epoll.h>
+#include <sys/random.h>
+#include <utility>
 
 namespace esptun::datapath {
 namespace {
@@ -129,6 +131,31 @@ void DataPlane::set_queue_limit(CodelParams p) noexcept {
 		queue_limit_.reset();
 }
 
+bool DataPlane::set_flow_queue(CodelParams p, uint32_t slots, uint64_t max_bytes) {
+	fq_.reset();
+	fq_next_.reset();
+	fq_mem_.reset();
+	fq_free_ = {};
+	fq_max_bytes_ = max_bytes;
+	const size_t size = tun_.raw_buffer_size();
+	if (p.target_ns <= 0 || p.interval_ns <= 0 || slots == 0) return true;
+	if (size == 0) return false;
+	FlowQueueParams fp;
+	fp.slots = slots;
+	fp.codel = p;
+	fq_.emplace(fp);
+	fq_buf_size_ = size;
+	// Reserved, not touched: a buffer costs memory once a packet was in it,
+	// and the free list hands out the most recently freed buffer first.
+	fq_mem_ = std::make_unique_for_overwrite<uint8_t[]>(size_t(slots) * size);
+	for (uint32_t i = slots; i-- > 0;)
+		fq_free_.push_back(i);
+	// Flows hash under a key an inner sender cannot know (flow_queue.hpp).
+	if (getrandom(&fq_key_, sizeof fq_key_, 0) != ssize_t(sizeof fq_key_))
+		fq_key_ = uint64_t(monotonic_ns());
+	return true;
+}
+
 int DataPlane::poll_for(int64_t ns, std::span<epoll_event> evs, TunIoStats& io, Counter& windows,
                         Counter& hits) noexcept {
 	windows.add();
@@ -150,7 +177,7 @@ int DataPlane::run(int stop_fd) noexcept {
 	for (;;) {
 		// A vhost RX ring can hold work without its eventfd firing (a full
 		// batch left entries behind, or they came in while re-arming).
-		const bool sleep = tun_.can_sleep();
+		const bool sleep = tun_.can_sleep() && (!fq_ || (fq_->empty() && !fq_next_));
 		int n = 0;
 		if (sleep && worked && busy_poll_ns_)
 			n = poll_for(busy_poll_ns_, evs, io, io.busy_polls, io.busy_poll_hits);
@@ -192,7 +219,15 @@ int DataPlane::run(int stop_fd) noexcept {
 // --- Outbound: steps 1-4 ---
 
 void DataPlane::outbound_batch() noexcept {
-	const size_t got = tun_.read_batch(tun_packets_);
+	if (fq_) {
+		outbound_queued();
+		return;
+	}
+	seal_and_send(tun_.read_batch(tun_packets_));
+	tun_.read_done();
+}
+
+void DataPlane::seal_and_send(size_t got) noexcept {
 	routes_.clear();
 	size_t n = 0;
 	for (size_t i = 0; i < got; i++) {
@@ -207,7 +242,82 @@ void DataPlane::outbound_batch() noexcept {
 		send_slots_[n++] = {res.datagram, res.to, res.ecn};
 	}
 	if (n) send_all(n);
-	tun_.read_done();
+}
+
+void DataPlane::outbound_queued() noexcept {
+	const int64_t now = monotonic_ns();
+	// Step 1 with read-ahead: empty the tun's ring into the flow queue, so
+	// that what waits, waits here, where flows are told apart. A pass sends
+	// at most one batch; it may read more than that (kReadAhead*), so a
+	// ring that fills faster than the worker sends still empties and the
+	// queue, not the ring, holds the excess. Bounded, so the socket and the
+	// sending get their turn.
+	size_t read_bytes = 0;
+	for (size_t reads = 0; reads < kReadAheadPackets && read_bytes < kReadAheadBytes; reads++) {
+		while (fq_free_.empty() || fq_->bytes() >= fq_max_bytes_) {
+			std::optional<FlowQueue::Item> shed = fq_->shed();
+			if (!shed) break;
+			stats_.tun_rx_packets.add();
+			stats_.drop(Drop::queue_overflow);
+			fq_free_.push_back(shed->slot);
+		}
+		if (fq_free_.empty()) break; // the one buffer is the packet kept for the next batch
+		const uint32_t slot = fq_free_.back();
+		const std::span<uint8_t> buf = fq_buffer(slot);
+		const size_t len = tun_.read_raw(buf);
+		if (len == 0) break;
+		fq_free_.pop_back();
+		read_bytes += len;
+		fq_->enqueue(slot, flow_hash(tun_.raw_packet(buf, len), fq_key_), uint32_t(len), now);
+	}
+	// Steps 1-2 from the queue: one batch of wire packets, flow by flow.
+	size_t got = 0, sending = 0;
+	int64_t oldest = 0;
+	while (got < kBatch) {
+		std::optional<FlowQueue::Item> it =
+		    fq_next_ ? std::exchange(fq_next_, std::nullopt) : fq_->dequeue(now);
+		if (!it) break;
+		const std::span<uint8_t> buf = fq_buffer(it->slot);
+		if (it->signal) {
+			it->signal = false; // applied once, also when the packet waits for the next batch
+			const std::span<uint8_t> pkt = tun_.raw_packet(buf, it->bytes);
+			const uint8_t field = tunnel::ecn::field(pkt);
+			if (field == tunnel::ecn::kNotEct) {
+				stats_.tun_rx_packets.add();
+				stats_.drop(Drop::queue_delay);
+				stats_.tx_queue_drops.add();
+				fq_free_.push_back(it->slot);
+				continue;
+			}
+			if (field != tunnel::ecn::kCe) {
+				// Segmentation copies the header into every wire packet.
+				tunnel::ecn::set_field(pkt, tunnel::ecn::kCe);
+				stats_.tx_queue_marks.add();
+			}
+		}
+		bool keep = false;
+		const size_t n = tun_.emit_raw(buf, it->bytes, got, tun_packets_, keep);
+		if (keep) {
+			fq_next_ = it;
+			break;
+		}
+		oldest = std::max(oldest, it->sojourn_ns);
+		if (n == 0) {
+			fq_free_.push_back(it->slot); // unusable, counted by the port
+			continue;
+		}
+		got += n;
+		fq_sending_[sending++] = it->slot;
+	}
+	seal_and_send(got);
+	for (size_t i = 0; i < sending; i++)
+		fq_free_.push_back(fq_sending_[i]);
+	stats_.tx_queue_bytes.set(fq_->bytes());
+	stats_.tx_queue_packets.set(fq_->packets());
+	stats_.tx_queue_flows.set(fq_->active_flows());
+	stats_.tx_queue_sojourn_us.set(uint64_t(oldest) / 1000);
+	stats_.tx_queue_engaged.set(fq_->engaged());
+	stats_.tx_queue_signalling.set(fq_->signalling());
 }
 
 void DataPlane::send_all(size_t n) noexcept {
@@ -266,8 +376,15 @@ void DataPlane::inbound_batch() noexcept {
 			const size_t len = std::min(step, slot.len - off);
 			uint8_t ecn = slot.ecn;
 			bool too_late = false;
+			// RFC 8289 signals nothing while the queue holds one packet at
+			// most: the last datagram of a batch that emptied the socket
+			// (fewer than it could take) waited alone, however long; a
+			// slow worker is not a standing queue.
+			const bool alone =
+			    r.count < slots.size() && i + 1 == r.count && off + len >= slot.len;
+			const int64_t sojourn = alone ? 0 : taken_ns - slot.rx_ns;
 			if (queue_limit_ && slot.rx_ns && is_esp(slot.buf.subspan(off, len)) &&
-			    queue_limit_->on_dequeue(taken_ns - slot.rx_ns, mono_ns, len >= kBulkBytes)) {
+			    queue_limit_->on_dequeue(sojourn, mono_ns, len >= kBulkBytes)) {
 				if (ecn == tunnel::ecn::kNotEct) {
 					too_late = true;
 				} else {

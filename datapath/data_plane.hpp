@@ -6,6 +6,7 @@
 
 #include "base/counters.hpp"
 #include "datapath/codel.hpp"
+#include "datapath/flow_queue.hpp"
 #include "datapath/ike_inbox.hpp"
 #include "datapath/tun_port.hpp"
 #include "platform/udp_engine.hpp"
@@ -19,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <sys/epoll.h>
+#include <vector>
 
 namespace esptun::datapath {
 
@@ -107,9 +109,36 @@ public:
 	 * (UdpSocket::enable_rx_timestamps()); a datagram without one passes.
 	 */
 	void set_queue_limit(CodelParams p) noexcept;
-	/// Datagrams this long or longer may carry a queue signal (codel.hpp):
-	/// full-sized ones, not ACKs, pings or DNS.
-	static constexpr size_t kBulkBytes = 512;
+
+	/**
+	 * set_flow_queue() - send from a flow queue (datapath/flow_queue.hpp)
+	 * instead of in the order the tun hands packets over; call before run()
+	 * @p: the controller's target and interval; target 0: off (the default)
+	 * @slots: packets the queue holds at most (buffers of the port's
+	 *         raw_buffer_size() each, reserved here; memory is used as they are)
+	 * @max_bytes: bytes the queue holds at most
+	 *
+	 * Each pass then reads whatever the tun holds (up to kReadAheadPackets
+	 * or kReadAheadBytes) into the queue and sends up to one batch from it: sparse flows first,
+	 * the others in turn by bytes. A flow whose packets keep waiting longer
+	 * than the target gets CE in the inner header of its ECN-capable
+	 * packets (encapsulation copies it outward) and loses its Not-ECT ones
+	 * (Drop::queue_delay); when every buffer is taken, the fullest flow
+	 * loses its oldest packet (Drop::queue_overflow).
+	 * Return: false when the tun port cannot read ahead (vhost): nothing changes.
+	 */
+	bool set_flow_queue(CodelParams p, uint32_t slots = kFlowQueueSlots,
+	                    uint64_t max_bytes = kFlowQueueBytes);
+	/// Packets the flow queue holds at most, and bytes: when either is
+	/// reached, the fullest flow loses its oldest packet before the next read.
+	static constexpr uint32_t kFlowQueueSlots = 512;
+	static constexpr uint64_t kFlowQueueBytes = 4 << 20;
+	/// Reads per pass into the flow queue at most: twice a batch's packets,
+	/// or about two and a half batches of full-sized packets' bytes.
+	static constexpr size_t kReadAheadPackets = 2 * kBatch;
+	static constexpr size_t kReadAheadBytes = 256 * 1024;
+	/// The flow queue is on.
+	bool flow_queue_on() const noexcept { return fq_.has_value(); }
 
 	/// The tun port's counters, with this loop's epoll_wait() calls in them.
 	const TunIoStats& io_stats() noexcept { return tun_.io_stats(); }
@@ -117,6 +146,13 @@ public:
 private:
 	enum Source : uint64_t { kTun, kUdp, kStop }; ///< epoll_event.data of each watched fd
 
+	/// Steps 3 and 4 for tun_packets_[0, @got).
+	void seal_and_send(size_t got) noexcept;
+	/// outbound_batch() with the flow queue: read ahead, then send from it.
+	void outbound_queued() noexcept;
+	std::span<uint8_t> fq_buffer(uint32_t slot) noexcept {
+		return {fq_mem_.get() + size_t(slot) * fq_buf_size_, fq_buf_size_};
+	}
 	void send_all(size_t n) noexcept;
 	/// Makes the epoll set with the tun and the socket in it. Throws SystemError.
 	void watch_sources();
@@ -144,6 +180,17 @@ private:
 	int64_t idle_spell_ns_ = 0;
 	tunnel::RouteCache routes_; ///< cleared at the start of each batch
 	std::optional<Codel> queue_limit_;
+	// The flow queue (set_flow_queue()): its buffers, the free ones, the
+	// packet taken but not yet sent (it fits only an empty batch), the
+	// buffers of the packets in the batch being sent.
+	std::optional<FlowQueue> fq_;
+	std::unique_ptr<uint8_t[]> fq_mem_; ///< slots x fq_buf_size_, not zeroed: pages are touched as used
+	size_t fq_buf_size_ = 0;
+	std::vector<uint32_t> fq_free_;
+	std::optional<FlowQueue::Item> fq_next_;
+	std::array<uint32_t, kBatch> fq_sending_{};
+	uint64_t fq_key_ = 0;
+	uint64_t fq_max_bytes_ = 0;
 };
 
 } // namespace esptun::datapath

@@ -19,11 +19,18 @@ SegmentStage::SegmentStage(size_t stage_bytes, size_t buf_size)
 }
 
 size_t SegmentStage::emit(size_t at, std::span<TunPacket> out, TunIoStats& stats) noexcept {
+	bool keep = false;
+	const size_t count = emit_from(std::span(stage_).first(len_), at, out, stats, keep);
+	if (!keep) held_ = false;
+	return count;
+}
+
+size_t SegmentStage::emit_from(std::span<uint8_t> staged, size_t at, std::span<TunPacket> out,
+                               TunIoStats& stats, bool& keep) noexcept {
 	const size_t usable = std::min(out.size(), kTunBatch);
-	bool keep = at >= usable; // no room left in this batch at all
-	const size_t count = keep ? 0 : cut(at, usable - at, stats, keep);
+	keep = at >= usable; // no room left in this batch at all
+	const size_t count = keep ? 0 : cut(staged, at, usable - at, stats, keep);
 	if (keep) return 0;
-	held_ = false;
 	for (size_t i = 0; i < count; i++) {
 		const size_t k = at + i;
 		out[k] = {std::span<uint8_t>(seg_mem_).subspan(k * buf_size_, buf_size_), seg_len_[k]};
@@ -31,10 +38,10 @@ size_t SegmentStage::emit(size_t at, std::span<TunPacket> out, TunIoStats& stats
 	return count;
 }
 
-/// Cuts the held packet into @room segment buffers from @at on. Return: the
+/// Cuts @staged into @room segment buffers from @at on. Return: the
 /// packets written; 0 with @keep set when it would fit only an empty batch.
-size_t SegmentStage::cut(size_t at, size_t room, TunIoStats& stats, bool& keep) noexcept {
-	const std::span<uint8_t> staged(stage_.data(), len_);
+size_t SegmentStage::cut(std::span<uint8_t> staged, size_t at, size_t room, TunIoStats& stats,
+                         bool& keep) noexcept {
 	const auto hdr = VnetHdr::parse(staged);
 	const std::span<uint8_t> pkt = hdr ? staged.subspan(VnetHdr::kSize) : std::span<uint8_t>{};
 	offload::SegmentResult r{offload::Error::malformed, 0};

@@ -62,8 +62,16 @@ public:
 	 */
 	size_t emit(size_t at, std::span<TunPacket> out, TunIoStats& stats) noexcept;
 
+	/**
+	 * emit_from() - emit() of a packet held elsewhere: @staged (header, then
+	 * packet) as a port read it ahead, which stays the caller's
+	 * @keep: set, with 0 returned, when it fits only a batch of its own
+	 */
+	size_t emit_from(std::span<uint8_t> staged, size_t at, std::span<TunPacket> out, TunIoStats& stats,
+	                 bool& keep) noexcept;
+
 private:
-	size_t cut(size_t at, size_t room, TunIoStats& stats, bool& keep) noexcept;
+	size_t cut(std::span<uint8_t> staged, size_t at, size_t room, TunIoStats& stats, bool& keep) noexcept;
 
 	std::vector<uint8_t> stage_;
 	size_t len_ = 0;

@@ -51,6 +51,30 @@ size_t OffloadTunPort::read_batch(std::span<TunPacket> out) noexcept {
 	return n;
 }
 
+// --- Outbound read ahead (the flow queue): read now, cut when sent ---
+
+size_t OffloadTunPort::raw_buffer_size() const noexcept { return VnetHdr::kSize + tunnel::esp::kMaxInner; }
+
+size_t OffloadTunPort::read_raw(std::span<uint8_t> buf) noexcept {
+	for (;;) {
+		IoResult r = platform::tun_read(fd_, buf);
+		stats_.tun_reads.add();
+		if (!r.ok()) return 0;
+		if (size_t(r.n) > VnetHdr::kSize) return size_t(r.n);
+		stats_.offload_errors.add(); // no packet behind the header: the next one
+	}
+}
+
+std::span<uint8_t> OffloadTunPort::raw_packet(std::span<uint8_t> buf, size_t len) noexcept {
+	return len > VnetHdr::kSize ? buf.subspan(VnetHdr::kSize, len - VnetHdr::kSize)
+	                            : std::span<uint8_t>{};
+}
+
+size_t OffloadTunPort::emit_raw(std::span<uint8_t> buf, size_t len, size_t at, std::span<TunPacket> out,
+                                bool& keep) noexcept {
+	return stage_.emit_from(buf.first(len), at, out, stats_, keep);
+}
+
 // --- Inbound: GRO runs and single packets, one writev() each ---
 
 void OffloadTunPort::write_gathered(size_t iov_n, size_t pkts, size_t& failed) noexcept {

@@ -41,6 +41,13 @@ public:
 	int read_fd() const noexcept override { return fd_; }
 	bool can_sleep() noexcept override { return !stage_.held(); }
 	size_t read_batch(std::span<TunPacket> out) noexcept override;
+	/// A raw buffer holds the virtio-net header and a packet of up to 64 KiB;
+	/// emit_raw() cuts it into the stage's segment buffers.
+	size_t raw_buffer_size() const noexcept override;
+	size_t read_raw(std::span<uint8_t> buf) noexcept override;
+	std::span<uint8_t> raw_packet(std::span<uint8_t> buf, size_t len) noexcept override;
+	size_t emit_raw(std::span<uint8_t> buf, size_t len, size_t at, std::span<TunPacket> out,
+	                bool& keep) noexcept override;
 	std::span<platform::RecvSlot> recv_slots() noexcept override { return recv_slots_; }
 	size_t write_batch(std::span<const TunWrite> pkts) noexcept override;
 	TunIoStats& io_stats() noexcept override { return stats_; }

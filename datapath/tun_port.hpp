@@ -125,6 +125,32 @@ public:
 	/// The packets of the last read_batch() have been sent or dropped.
 	virtual void read_done() noexcept {}
 
+	// Read-ahead, for the send-side flow queue (flow_queue.hpp): the data
+	// plane reads packets into buffers of its own, holds them until their
+	// flow's turn, and then has the port cut each into wire packets. A port
+	// whose packets live in memory it cannot lend out (the vhost rings)
+	// cannot read ahead.
+
+	/// Bytes one read_raw() buffer needs; 0: this port cannot read ahead.
+	virtual size_t raw_buffer_size() const noexcept { return 0; }
+	/// One packet as the tun hands it over, into @buf (raw_buffer_size()
+	/// bytes). Return: its length; 0 when the tun has nothing (or failed).
+	virtual size_t read_raw(std::span<uint8_t> /*buf*/) noexcept { return 0; }
+	/// The IP packet inside @len bytes read into @buf by read_raw() (to hash
+	/// it and mark its ECN field); empty when there is none. This default,
+	/// and emit_raw()'s, are for a raw buffer laid out as a packet buffer:
+	/// esp::kHeadroom, the packet, room behind it.
+	virtual std::span<uint8_t> raw_packet(std::span<uint8_t> buf, size_t len) noexcept;
+	/**
+	 * emit_raw() - cut what read_raw() put in @buf into @out[@at...], as
+	 * read_batch() would have handed it over
+	 * @keep: set, with 0 returned, when it fits only a batch of its own
+	 * Return: packets written to @out; 0 for a packet that is unusable
+	 * (counted in io_stats()). The packets may point into @buf.
+	 */
+	virtual size_t emit_raw(std::span<uint8_t> buf, size_t len, size_t at, std::span<TunPacket> out,
+	                        bool& keep) noexcept;
+
 	/// kTunBatch receive buffers for the underlay socket's recvmmsg().
 	virtual std::span<platform::RecvSlot> recv_slots() noexcept = 0;
 	/// Hand @pkts to the tun, in order. Return: how many could not be written.
@@ -146,6 +172,9 @@ public:
 
 	int read_fd() const noexcept override { return fd_; }
 	size_t read_batch(std::span<TunPacket> out) noexcept override;
+	/// A raw buffer is a packet buffer: esp::kHeadroom, the packet, room behind it.
+	size_t raw_buffer_size() const noexcept override;
+	size_t read_raw(std::span<uint8_t> buf) noexcept override;
 	std::span<platform::RecvSlot> recv_slots() noexcept override { return recv_slots_; }
 	size_t write_batch(std::span<const TunWrite> pkts) noexcept override;
 	TunIoStats& io_stats() noexcept override { return stats_; }

@@ -122,8 +122,9 @@ void VhostTunPort::post_rx(uint32_t idx) noexcept {
 
 bool VhostTunPort::can_sleep() noexcept {
 	// A full batch means more may be waiting: go on without re-arming, so the
-	// device does not signal for entries we are about to take anyway.
-	if (rx_batch_full_) return false;
+	// device does not signal for entries we are about to take anyway. The
+	// same while read_raw() has packets of a batch left to copy.
+	if (rx_batch_full_ || ahead_at_ < ahead_n_) return false;
 	// Re-arm, barrier, re-check (split_queue.hpp): sleep only on a false.
 	return !rx_.enable_call_notifications();
 }
@@ -225,6 +226,31 @@ void VhostTunPort::take_rx(const virtio::UsedBuffer& u, std::span<TunPacket> out
 	post_rx(idx);
 	asm_left_ = h.num_buffers - 1u;
 	if (asm_left_ == 0) gathered();
+}
+
+size_t VhostTunPort::raw_buffer_size() const noexcept { return tunnel::esp::kBufferSize; }
+
+size_t VhostTunPort::read_raw(std::span<uint8_t> buf) noexcept {
+	if (ahead_at_ == ahead_n_) {
+		ahead_at_ = 0;
+		ahead_n_ = read_batch(ahead_);
+		if (ahead_n_ == 0) {
+			read_done(); // buffers of entries that were not packets go back
+			return 0;
+		}
+	}
+	const TunPacket& p = ahead_[ahead_at_++];
+	size_t len = 0;
+	if (buf.size() >= tunnel::esp::kHeadroom + p.len + tunnel::esp::kTailroom) {
+		std::memcpy(buf.data() + tunnel::esp::kHeadroom, p.buf.data() + tunnel::esp::kHeadroom,
+		            p.len);
+		len = p.len;
+	}
+	if (ahead_at_ == ahead_n_) {
+		ahead_n_ = ahead_at_ = 0;
+		read_done();
+	}
+	return len;
 }
 
 void VhostTunPort::read_done() noexcept {

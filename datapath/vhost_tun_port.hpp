@@ -122,6 +122,10 @@ public:
 	void on_read_wakeup() noexcept override;
 	size_t read_batch(std::span<TunPacket> out) noexcept override;
 	void read_done() noexcept override;
+	/// Read-ahead by copy: the ring's buffers go back to the device batch by
+	/// batch, each packet copied out into a packet buffer of the caller's.
+	size_t raw_buffer_size() const noexcept override;
+	size_t read_raw(std::span<uint8_t> buf) noexcept override;
 	std::span<platform::RecvSlot> recv_slots() noexcept override { return recv_slots_; }
 	size_t write_batch(std::span<const TunWrite> pkts) noexcept override;
 	TunIoStats& io_stats() noexcept override { return stats_; }
@@ -181,6 +185,9 @@ private:
 	uint32_t asm_left_ = 0;     ///< buffers of the packet being gathered still to come
 	bool asm_overflow_ = false; ///< it does not fit stage_: drop it when complete
 	GroPlan gro_;
+	// read_raw(): the batch being copied out, and how far.
+	std::array<TunPacket, kTunBatch> ahead_{};
+	size_t ahead_n_ = 0, ahead_at_ = 0;
 	std::array<virtio::SplitQueue::ChainPart, kTunBatch> chain_{};
 	std::array<iovec, kTunBatch> iov_{};
 	std::vector<uint8_t> gro_mem_; ///< gro_slots only: the receive slots' buffers

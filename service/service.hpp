@@ -38,6 +38,7 @@ struct ServiceInfo {
 	unsigned queue_target_us = 0;  ///< the receive queue limit as configured (0: off)
 	unsigned queue_interval_ms = 0;
 	bool queue_timestamps = false; ///< the sockets report arrival times (the limit works)
+	bool flow_queue = false;       ///< the workers send from flow queues (DataPlane::set_flow_queue())
 	std::string tun_offloads;      ///< what the tun took: "csum tso4 ...", or why none
 	const datapath::TunIoStats* tun_io_stats = nullptr; ///< the tun port's counters, once it exists
 	std::string crypto_impl;                            ///< as configured: auto, stitched or two-pass

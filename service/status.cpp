@@ -168,7 +168,30 @@ Json queue_json(const ServiceInfo& info, const DataPathStats& stats) {
 	            {"signalling_workers", signalling},
 	            {"engaged", stats.queue_engaged.get()},
 	            {"marks", stats.queue_marks.get()},
-	            {"drops", stats.drops_of(Drop::queue_delay)}};
+	            // queue_delay counts the send side's too
+	            {"drops", stats.drops_of(Drop::queue_delay) - stats.tx_queue_drops.get()}};
+}
+
+/// "tx_queue": the send-side flow queue and what it holds now.
+Json tx_queue_json(const ServiceInfo& info, const DataPathStats& stats) {
+	uint64_t sojourn = 0, bytes = 0, packets = 0, flows = 0, signalling = 0;
+	for (const DataPathStats* w : info.worker_stats) {
+		sojourn = std::max(sojourn, w->tx_queue_sojourn_us.get());
+		bytes += w->tx_queue_bytes.get();
+		packets += w->tx_queue_packets.get();
+		flows += w->tx_queue_flows.get();
+		signalling += w->tx_queue_signalling.get();
+	}
+	return Json{{"on", info.flow_queue},
+	            {"sojourn_us", sojourn},
+	            {"queued_bytes", bytes},
+	            {"queued_packets", packets},
+	            {"flows", flows},
+	            {"signalling_flows", signalling},
+	            {"engaged", stats.tx_queue_engaged.get()},
+	            {"marks", stats.tx_queue_marks.get()},
+	            {"drops", stats.tx_queue_drops.get()},
+	            {"overflow_drops", stats.drops_of(Drop::queue_overflow)}};
 }
 
 } // namespace
@@ -191,6 +214,7 @@ std::string render_status(const ServiceInfo& info, const DataPathStats& stats, c
 	j["io_engine"] = Json{{"name", info.io_engine}, {"reason", info.io_engine_reason}};
 	j["udp"] = udp_json(info);
 	j["queue"] = queue_json(info, stats);
+	j["tx_queue"] = tx_queue_json(info, stats);
 	if (info.seq_state)
 		j["seq_state"] = Json{{"file", info.seq_state->path()}, {"error", info.seq_state->error()}};
 	j["crypto"] = Json{{"impl", info.crypto_impl},

@@ -135,8 +135,11 @@ void attach_tun_ports(const conf::TunnelConfig& tc, TunIoChoice& tun_io, Workers
 					log::warn("the kernel refused SO_TIMESTAMPNS: no receive queue limit "
 					          "(queue_target_us)");
 			}
-			wk->plane->set_queue_limit(
-			    {int64_t(tc.queue_target_us) * 1000, int64_t(tc.queue_interval_ms) * 1000000});
+			const datapath::CodelParams limit{int64_t(tc.queue_target_us) * 1000,
+			                                  int64_t(tc.queue_interval_ms) * 1000000};
+			wk->plane->set_queue_limit(limit);
+			const bool fq = wk->plane->set_flow_queue(limit);
+			if (w == 0) info.flow_queue = fq;
 		}
 	}
 }

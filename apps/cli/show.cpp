@@ -282,6 +282,17 @@ std::string queue_text(const Json& q) {
 	return t;
 }
 
+/// tx_queue_text() - the "tx queue" line: on or off, what waits now, what it did
+std::string tx_queue_text(const Json& q) {
+	const Json* on = get(q, "on");
+	if (!on || !on->is_boolean() || !on->get<bool>()) return "no flow queue";
+	return "flow queue; now " + std::to_string(u64(q, {"sojourn_us"})) + " us waiting, " +
+	       bytes_text(u64(q, {"queued_bytes"})) + " in " + std::to_string(u64(q, {"flows"})) +
+	       " flow(s); engaged " + std::to_string(u64(q, {"engaged"})) + " time(s), " +
+	       std::to_string(u64(q, {"marks"})) + " marked CE, " + std::to_string(u64(q, {"drops"})) +
+	       " dropped late, " + std::to_string(u64(q, {"overflow_drops"})) + " dropped full";
+}
+
 /// one_endpoint() - the metrics of one endpoint's status
 void one_endpoint(Metrics& m, const Json& s) {
 	const std::string ifl = "interface=\"" + label_value(str(s, {"interface"})) + "\"";
@@ -315,6 +326,21 @@ void one_endpoint(Metrics& m, const Json& s) {
 		      sample_value(get(*q, "engaged")));
 		m.add("esptun_rx_queue_marks_total", "counter",
 		      "ECN-capable packets marked CE by the receive queue limit.", ifl,
+		      sample_value(get(*q, "marks")));
+	}
+	if (const Json* q = get(s, "tx_queue")) {
+		m.add("esptun_tx_queue_sojourn_seconds", "gauge",
+		      "How long the oldest packet sent from the send flow queue in the last pass had waited.",
+		      ifl, sample_value(num(*q, {"sojourn_us"}) / 1e6));
+		m.add("esptun_tx_queue_bytes", "gauge", "Bytes the send flow queues hold now.", ifl,
+		      sample_value(get(*q, "queued_bytes")));
+		m.add("esptun_tx_queue_flows", "gauge", "Flows with packets in the send flow queues now.",
+		      ifl, sample_value(get(*q, "flows")));
+		m.add("esptun_tx_queue_engaged_total", "counter",
+		      "Times a flow of the send flow queue started being signalled.", ifl,
+		      sample_value(get(*q, "engaged")));
+		m.add("esptun_tx_queue_marks_total", "counter",
+		      "ECN-capable packets marked CE by the send flow queue.", ifl,
 		      sample_value(get(*q, "marks")));
 	}
 	for (const Json& p : items(get(s, "peers"))) {
@@ -368,6 +394,7 @@ std::string render_show(const Json& s, bool colour, int64_t now_unix_ms) {
 	const std::string drops = nonzero(get(s, "drops"));
 	out += line(p, "drops", drops.empty() ? std::string("none") : p.bad(drops));
 	if (const Json* q = get(s, "queue")) out += line(p, "rx queue", queue_text(*q));
+	if (const Json* q = get(s, "tx_queue")) out += line(p, "tx queue", tx_queue_text(*q));
 	if (const Json* c = json_at(s, {"ike", "counters"})) {
 		std::string ike = std::to_string(u64(*c, {"received"})) + " messages received, " +
 		                  std::to_string(u64(*c, {"sent"})) + " sent";

@@ -284,6 +284,11 @@ def check_show(rep, build, tmp):
     rep.check(f"rx queue: limit {q['target_us']} us target, {q['interval_ms']} ms interval" in out
               and f"engaged {q['engaged']} time(s), {q['marks']} marked CE, {q['drops']} dropped" in out,
               "the receive queue limit and what it did", out)
+    tq = status["tx_queue"]
+    rep.check(tq["on"] and f"tx queue: flow queue; now {tq['sojourn_us']} us waiting" in out
+              and f"{tq['marks']} marked CE, {tq['drops']} dropped late, "
+                  f"{tq['overflow_drops']} dropped full" in out,
+              "the send flow queue and what it did", out)
     rep.check("\x1b[" not in out, "no colour when stdout is not a terminal")
     rc, out = on_terminal(build, "show", "-s", sock, env={k: v for k, v in os.environ.items()
                                                           if k != "NO_COLOR"})
@@ -352,6 +357,10 @@ def check_prometheus(rep, build, tmp):
               "the receive queue limit's target, in seconds")
     rep.equal(sample("esptun_rx_queue_marks_total"), float(status["queue"]["marks"]),
               "the receive queue limit's CE marks")
+    rep.equal(sample("esptun_tx_queue_marks_total"), float(status["tx_queue"]["marks"]),
+              "the send flow queue's CE marks")
+    rep.equal(sample("esptun_tx_queue_flows"), float(status["tx_queue"]["flows"]),
+              "the send flow queue's flows")
     rc, _, err = tool(build, "show", "--format", "prometheus")
     rep.check(rc == 2 and "--format" in err and "not expected" in err, "show --format: exit 2", err)
 

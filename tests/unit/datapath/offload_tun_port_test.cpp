@@ -9,6 +9,7 @@
 
 #include "platform/unique_fd.hpp"
 #include "tests/unit/datapath/offload_test_util.hpp"
+#include "tunnel/ecn.hpp"
 #include "tunnel/esp_wire.hpp"
 
 #include <cstring>
@@ -187,6 +188,69 @@ TEST_CASE("a super-packet that does not fit behind a batch's packets waits, whol
 	CHECK(bed.stats.gso_reads.get() == 1);
 	CHECK(bed.stats.gso_segments.get() == datapath::kTunBatch);
 	CHECK(bed.stats.tun_reads.get() == 2); // no read while the super-packet was held
+}
+
+TEST_CASE(
+    "read ahead: a super-packet read raw and marked CE is cut later into the kernel's packets, all CE") {
+	// The flow queue's path (DataPlane::set_flow_queue()): read_raw() now,
+	// the ECN mark on the held packet, emit_raw() at its turn.
+	for (bool v6 : {false, true}) {
+		CAPTURE(v6);
+		Bed bed;
+		Pkt p = tcp_flow(4 * 1448 - 100, 11);
+		p.v6 = v6;
+		p.tos = 2; // ECT(0)
+		bed.tun_reads(kernel_hdr(p, 1448), build(p, Csum::partial));
+		std::vector<uint8_t> raw(bed.port->raw_buffer_size());
+		REQUIRE(raw.size() >= VnetHdr::kSize + tunnel::esp::kMaxInner);
+		const size_t len = bed.port->read_raw(raw);
+		REQUIRE(len == VnetHdr::kSize + build(p).size());
+		CHECK(bed.port->read_raw(raw) == 0); // nothing more: EAGAIN
+		const std::span<uint8_t> pkt = bed.port->raw_packet(raw, len);
+		REQUIRE(pkt.size() == build(p).size());
+		tunnel::ecn::set_field(pkt, tunnel::ecn::kCe);
+
+		Pkt marked = p;
+		marked.tos = 3; // CE
+		const std::vector<Bytes> want = ref_segments(marked, 1448);
+		bool keep = true;
+		const size_t n = bed.port->emit_raw(raw, len, 0, bed.out, keep);
+		CHECK_FALSE(keep);
+		REQUIRE(n == want.size());
+		for (size_t i = 0; i < n; i++) {
+			CAPTURE(i);
+			CHECK(bed.out_bytes(i) == want[i]); // the IPv4 header checksums included
+		}
+		CHECK(bed.stats.gso_reads.get() == 1);
+	}
+}
+
+TEST_CASE("read ahead: a super-packet that does not fit behind a batch's packets is kept, then fits alone") {
+	Bed bed;
+	const Pkt big = tcp_flow(datapath::kTunBatch * 100, 12);
+	bed.tun_reads(kernel_hdr(big, 100), build(big, Csum::partial));
+	std::vector<uint8_t> raw(bed.port->raw_buffer_size());
+	const size_t len = bed.port->read_raw(raw);
+	REQUIRE(len > 0);
+	bool keep = false;
+	CHECK(bed.port->emit_raw(raw, len, 1, bed.out, keep) == 0);
+	CHECK(keep);
+	CHECK(bed.port->emit_raw(raw, len, 0, bed.out, keep) == datapath::kTunBatch);
+	CHECK_FALSE(keep);
+	const std::vector<Bytes> want = ref_segments(big, 100);
+	CHECK(bed.out_bytes(datapath::kTunBatch - 1) == want.back());
+}
+
+TEST_CASE("read ahead: reads with nothing behind the header are skipped and counted") {
+	Bed bed;
+	bed.tun_reads_raw(Bytes(VnetHdr::kSize, 0));
+	const Pkt p = tcp_flow(300, 13);
+	bed.tun_reads(VnetHdr{}, build(p));
+	std::vector<uint8_t> raw(bed.port->raw_buffer_size());
+	const size_t len = bed.port->read_raw(raw);
+	CHECK(len == VnetHdr::kSize + build(p).size());
+	CHECK(bed.stats.offload_errors.get() == 1);
+	CHECK(bed.port->raw_packet(raw, VnetHdr::kSize).empty());
 }
 
 TEST_CASE("bad virtio-net headers from the tun are dropped and counted; the packet after them still goes") {

@@ -127,6 +127,41 @@ TEST_CASE(
 	CHECK(bed.port->can_sleep());
 }
 
+TEST_CASE("vhost RX read ahead: read_raw() copies each packet out; the ring's buffers go back per batch") {
+	Bed bed(4);
+	bed.port->start();
+	(void)Bed::drain(bed.rx_kick.get());
+	REQUIRE(bed.port->raw_buffer_size() >= tunnel::esp::kBufferSize);
+	std::vector<std::vector<uint8_t>> sent = {packet(60, 1), packet(1500, 2), packet(20, 3)};
+	for (const auto& p : sent)
+		bed.device_rx(p);
+	std::vector<uint8_t> raw(bed.port->raw_buffer_size());
+	for (size_t i = 0; i < sent.size(); i++) {
+		CAPTURE(i);
+		const size_t len = bed.port->read_raw(raw);
+		REQUIRE(len == sent[i].size());
+		const std::span<uint8_t> pkt = bed.port->raw_packet(raw, len);
+		CHECK(std::equal(sent[i].begin(), sent[i].end(), pkt.begin(), pkt.end()));
+		if (i + 1 < sent.size()) {
+			// The batch's buffers are out until its last packet is copied,
+			// and the port must not let the loop sleep on them.
+			CHECK(bed.port->rx_queue().in_flight() == kQ - 3);
+			CHECK_FALSE(bed.port->can_sleep());
+		}
+	}
+	CHECK(bed.port->rx_queue().in_flight() == kQ); // all re-posted
+	CHECK(bed.port->read_raw(raw) == 0);
+	CHECK(bed.port->can_sleep());
+	// The copy is laid out as a packet buffer: emit_raw() hands it over whole.
+	std::array<datapath::TunPacket, datapath::kTunBatch> out{};
+	bool keep = true;
+	CHECK(bed.port->emit_raw(raw, 20, 5, out, keep) == 1);
+	CHECK_FALSE(keep);
+	CHECK(out[5].buf.data() == raw.data());
+	CHECK(out[5].len == 20);
+	CHECK(bed.stats.rx_ring_packets.get() == 3);
+}
+
 TEST_CASE("vhost RX: a used length below the 12-byte header or beyond the buffer is a device error, "
           "and the buffer goes back") {
 	Bed bed(4);
@@ -362,36 +397,40 @@ struct Planes {
 } // namespace
 
 TEST_CASE("data plane over a vhost port: ESP in both directions, receive buffers swapped into the TX ring") {
-	Planes t(false);
-	Bed& bed = t.bed;
-	// a -> b: 12 packets (more than the ring of 8 holds) arrive in b's TX ring.
-	std::vector<std::vector<uint8_t>> sent;
-	for (size_t i = 0; i < 12; i++)
-		sent.push_back(ipv4(1, 2, 10 + i * 111, uint8_t(i)));
-	t.send_from_a(sent);
-	t.receive_at_b(sent);
-	CHECK(bed.stats.direct_writes.get() == bed.stats.ring_full.get());
+	for (bool fq : {false, true}) {
+		CAPTURE(fq); // the send flow queue reads the RX ring ahead, by copy
+		Planes t(false);
+		Bed& bed = t.bed;
+		if (fq) REQUIRE(t.plane_b->set_flow_queue({1000000, 20000000}));
+		// a -> b: 12 packets (more than the ring of 8 holds) arrive in b's TX ring.
+		std::vector<std::vector<uint8_t>> sent;
+		for (size_t i = 0; i < 12; i++)
+			sent.push_back(ipv4(1, 2, 10 + i * 111, uint8_t(i)));
+		t.send_from_a(sent);
+		t.receive_at_b(sent);
+		CHECK(bed.stats.direct_writes.get() == bed.stats.ring_full.get());
 
-	// b -> a: the device hands b's data plane packets through the RX ring.
-	std::vector<std::vector<uint8_t>> back;
-	for (size_t i = 0; i < 5; i++) {
-		back.push_back(ipv4(2, 1, 300 + i, uint8_t(50 + i)));
-		bed.device_rx(back.back());
-	}
-	CHECK(!bed.port->can_sleep());
-	t.plane_b->outbound_batch();
-	CHECK(t.stats_b.udp_tx_packets.get() == 5);
-	CHECK(bed.port->rx_queue().in_flight() == kQ); // re-posted
-	size_t n = 0;
-	std::vector<uint8_t> buf(70000);
-	while (n < back.size() && test::wait_readable(t.udp_a.fd())) {
-		t.plane_a->inbound_batch();
-		for (ssize_t r; (r = read(t.tun_a_test.get(), buf.data(), buf.size())) >= 0; n++) {
-			REQUIRE(n < back.size());
-			CHECK(std::vector<uint8_t>(buf.begin(), buf.begin() + r) == back[n]);
+		// b -> a: the device hands b's data plane packets through the RX ring.
+		std::vector<std::vector<uint8_t>> back;
+		for (size_t i = 0; i < 5; i++) {
+			back.push_back(ipv4(2, 1, 300 + i, uint8_t(50 + i)));
+			bed.device_rx(back.back());
 		}
+		CHECK(!bed.port->can_sleep());
+		t.plane_b->outbound_batch();
+		CHECK(t.stats_b.udp_tx_packets.get() == 5);
+		CHECK(bed.port->rx_queue().in_flight() == kQ); // re-posted
+		size_t n = 0;
+		std::vector<uint8_t> buf(70000);
+		while (n < back.size() && test::wait_readable(t.udp_a.fd())) {
+			t.plane_a->inbound_batch();
+			for (ssize_t r; (r = read(t.tun_a_test.get(), buf.data(), buf.size())) >= 0; n++) {
+				REQUIRE(n < back.size());
+				CHECK(std::vector<uint8_t>(buf.begin(), buf.begin() + r) == back[n]);
+			}
+		}
+		CHECK(n == back.size());
 	}
-	CHECK(n == back.size());
 }
 
 TEST_CASE("data plane over a vhost port with UDP GRO: a train arrives in one receive slot and each "
