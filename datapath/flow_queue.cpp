@@ -100,8 +100,10 @@ std::optional<FlowQueue::Item> FlowQueue::dequeue(int64_t now_ns) noexcept {
 		const int64_t judged = f.bytes <= max_packet_ ? 0 : it.sojourn_ns;
 		if (p_.codel.target_ns > 0) {
 			const uint64_t before = f.codel.engaged();
+			const bool was = f.codel.dropping();
 			it.signal = f.codel.on_dequeue(judged, now_ns, it.bytes >= kBulkBytes);
 			engaged_ += f.codel.engaged() - before;
+			if (f.codel.dropping() != was) was ? signalling_-- : signalling_++;
 		}
 		f.deficit -= it.bytes;
 		return it;
@@ -120,14 +122,6 @@ std::optional<FlowQueue::Item> FlowQueue::shed() noexcept {
 				fattest = fi;
 	if (fattest == kNone) return std::nullopt; // unreachable while packets_ > 0
 	return take_head(flows_[fattest]);
-}
-
-uint32_t FlowQueue::signalling() const noexcept {
-	uint32_t n = 0;
-	for (const FlowList* l : {&fresh_, &old_})
-		for (uint32_t fi = l->head; fi != kNone; fi = flows_[fi].next)
-			n += flows_[fi].codel.dropping() ? 1 : 0;
-	return n;
 }
 
 // --- flow_hash() ---

@@ -93,8 +93,9 @@ public:
 	uint32_t active_flows() const noexcept { return active_; }
 	/// Times a flow's controller entered its signalling state (all flows).
 	uint64_t engaged() const noexcept { return engaged_; }
-	/// Flows whose controller is signalling now.
-	uint32_t signalling() const noexcept;
+	/// Flows whose controller is signalling now (kept as dequeue() goes,
+	/// so that reading it costs nothing per pass).
+	uint32_t signalling() const noexcept { return signalling_; }
 	const FlowQueueParams& params() const noexcept { return p_; }
 
 	/// The bucket @hash files under (tests: to make flows collide or not).
@@ -128,7 +129,7 @@ private:
 	std::vector<int64_t> enqueued_; ///< per slot: when it was read
 	std::vector<uint32_t> flow_of_; ///< per slot: its flow
 	FlowList fresh_, old_;          ///< RFC 8290's new_flows and old_flows
-	uint32_t packets_ = 0, active_ = 0;
+	uint32_t packets_ = 0, active_ = 0, signalling_ = 0;
 	uint64_t bytes_ = 0, engaged_ = 0;
 	uint32_t max_packet_ = 0; ///< the largest packet seen: RFC 8289's maxpacket
 };

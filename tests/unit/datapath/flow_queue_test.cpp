@@ -185,6 +185,15 @@ TEST_CASE("flow queue: a standing queue in one flow is signalled, the other flow
 	CHECK(worst_sparse <= 40 * kUs); // served at the next dequeue or the one after
 	CHECK(q.engaged() >= 1);
 	CHECK(q.signalling() == 1);
+	// The backlog drained: below target again, the flow stops being signalled.
+	while (auto it = q.dequeue(600 * kMs)) {
+		pool.give(it->slot);
+		if (q.packets() == 0) break;
+	}
+	q.enqueue(pool.take(), kBulk, 1500, 600 * kMs);
+	q.enqueue(pool.take(), kBulk, 1500, 600 * kMs);
+	pool.give(q.dequeue(600 * kMs)->slot);
+	CHECK(q.signalling() == 0);
 }
 
 TEST_CASE("flow queue: no signal to a flow with at most one packet queued, however long it waited") {
