@@ -183,6 +183,14 @@ def peer(status, name):
 CONGESTION_DROPS = ("queue_delay",)
 
 
+def rx_shed(status):
+    """rx_shed() - the ESP datagrams a gateway's receive queue limit shed
+    unopened (status "queue" "drops"). Its drops "queue_delay" also counts
+    what the send-side flow queue dropped of the gateway's own outbound
+    traffic, which no receive count of the peer includes."""
+    return status["queue"]["drops"]
+
+
 def fault_drops(drops, allowed=()):
     """fault_drops() - the non-zero counters of a status "drops" object,
     without the congestion ones and those in allowed."""
