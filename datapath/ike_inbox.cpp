@@ -7,10 +7,7 @@
 
 namespace esptun::datapath {
 
-IkeInbox::IkeInbox() : efd_(platform::make_eventfd()) {
-	known_.slots.resize(kPrioritySlots);
-	stranger_.slots.resize(kStrangerSlots);
-}
+IkeInbox::IkeInbox() : efd_(platform::make_eventfd()) {}
 
 size_t IkeInbox::Lane::held_by(const IpAddress& a) const noexcept {
 	size_t n = 0;
@@ -26,7 +23,7 @@ bool IkeInbox::known(uint64_t spi) const noexcept {
 }
 
 void IkeInbox::publish_spis(std::vector<uint64_t> spis) {
-	std::sort(spis.begin(), spis.end());
+	if (!std::is_sorted(spis.begin(), spis.end())) std::sort(spis.begin(), spis.end());
 	{
 		std::lock_guard lock(mu_);
 		spis_.swap(spis);
@@ -58,10 +55,9 @@ bool IkeInbox::push(std::span<const uint8_t> msg, const Endpoint& from) noexcept
 			dropped_source_.add();
 			return false;
 		}
-		Slot& s = lane.slots[(lane.head + lane.count) % lane.slots.size()];
-		s.len = msg.size();
-		s.from = from;
-		std::copy(msg.begin(), msg.end(), s.data.begin());
+		const size_t at = (lane.head + lane.count) % lane.slots.size();
+		lane.slots[at] = Slot{msg.size(), from};
+		std::copy(msg.begin(), msg.end(), lane.data(at));
 		lane.count++;
 	}
 	platform::eventfd_signal(efd_.get());

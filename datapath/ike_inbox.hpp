@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <vector>
@@ -35,9 +36,15 @@ namespace esptun::datapath {
 
 class IkeInbox {
 public:
-	/// Slots per lane (known, stranger) and in all.
-	static constexpr size_t kPrioritySlots = 32;
-	static constexpr size_t kStrangerSlots = 32;
+	/// Slots per lane (known, stranger) and in all. Sized for clients that
+	/// start together (a restart brings every client back at once): 256
+	/// IKE_SA_INIT are about 50 ms of the control thread's work here
+	/// (esptun-bench ike-load: 0.2 ms each), far below an initiator's first
+	/// retransmission (1 s or more), so a burst waits instead of being
+	/// dropped and sent again; beyond that, dropping is the cheaper answer.
+	/// With 32 slots, half of a 64-client burst was dropped.
+	static constexpr size_t kPrioritySlots = 128;
+	static constexpr size_t kStrangerSlots = 256;
 	static constexpr size_t kSlots = kPrioritySlots + kStrangerSlots;
 	/// What one source address may hold at once in each lane. A peer has at
 	/// most a few requests and answers in flight (RFC 7296 section 2.3 window
@@ -103,10 +110,10 @@ public:
 				Lane* lane = i < from_known && known_.count ? &known_ : &stranger_;
 				if (lane->count == 0) lane = &known_;
 				if (lane->count == 0) return false;
-				Slot& s = lane->slots[lane->head];
+				const Slot& s = lane->slots[lane->head];
 				len = s.len;
 				from = s.from;
-				std::copy(s.data.begin(), s.data.begin() + long(len), scratch_.begin());
+				std::copy_n(lane->data(lane->head), len, scratch_.begin());
 				lane->head = (lane->head + 1) % lane->slots.size();
 				lane->count--;
 			}
@@ -134,18 +141,23 @@ private:
 	struct Slot {
 		size_t len = 0;
 		Endpoint from;
-		std::array<uint8_t, kMaxMessage> data;
 	};
+	/// A ring of slots: what each holds, and its bytes in one block of
+	/// kMaxMessage per slot, allocated but not written until used (so a
+	/// gateway that never sees a burst never has those pages resident).
 	struct Lane {
+		explicit Lane(size_t n) : slots(n), bytes(new uint8_t[n * kMaxMessage]) {}
 		std::vector<Slot> slots;
+		std::unique_ptr<uint8_t[]> bytes;
 		size_t head = 0, count = 0;
-		/// Queued messages from @a (a scan: a lane has 32 slots).
+		uint8_t* data(size_t slot) noexcept { return bytes.get() + slot * kMaxMessage; }
+		/// Queued messages from @a (a scan of the queued ones only).
 		size_t held_by(const IpAddress& a) const noexcept;
 	};
 	bool known(uint64_t spi) const noexcept;
 
 	std::mutex mu_;
-	Lane known_, stranger_;
+	Lane known_{kPrioritySlots}, stranger_{kStrangerSlots};
 	std::vector<uint64_t> spis_; ///< sorted
 	std::array<uint8_t, kMaxMessage> scratch_{};
 	platform::UniqueFd efd_;
