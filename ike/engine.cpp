@@ -224,7 +224,7 @@ void Engine::contain(const char* what, Clock::time_point now) {
 			close(*sa, std::string("internal error: ") + what, true, now, true);
 		}
 	} catch (...) {
-		if (sa) sa->state = IkeSa::State::closed; // sweep() removes what it holds
+		if (sa) mark_closed(*sa); // sweep() removes what it holds
 	}
 	try {
 		sweep();

@@ -36,6 +36,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -423,11 +424,12 @@ public:
 	/// @out (reused, so a caller that asks often does not allocate). The
 	/// service publishes them so workers can tell messages for our IKE SAs
 	/// from a flood of strangers (datapath/ike_inbox.hpp).
-	void our_spis(std::vector<uint64_t>& out) const {
-		out.clear();
-		for (const auto& entry : sas_)
-			out.push_back(entry.first);
-	}
+	/// Changes whenever an IKE SA is added or removed, so a caller of
+	/// our_spis() can tell that nothing changed without asking (with
+	/// thousands of IKE SAs, asking after every message cost more than the
+	/// message).
+	uint64_t sas_version() const noexcept { return sas_version_; }
+	void our_spis(std::vector<uint64_t>& out) const { out = spis_sorted_; }
 
 	// Half-open responder SAs are counted in cost units: one unit is an
 	// X25519 or ECP-256 key exchange, a MODP-2048 one is kModpCost units
@@ -556,6 +558,21 @@ private:
 	void send_ike_delete(IkeSa& sa, Clock::time_point now);
 	std::vector<IkeSuite> active_suites() const;
 	void sweep();
+	void sweep_all();
+	using SaMap = std::map<uint64_t, std::unique_ptr<IkeSa>>;
+	SaMap::iterator sweep_entry(SaMap::iterator it);
+	/// The only ways an IKE SA becomes closed or established: each notes it
+	/// for the next sweep().
+	void mark_closed(IkeSa& sa);
+	void mark_established(IkeSa& sa);
+	/// A peer was added, removed or activated: the indexes below are stale.
+	void peers_changed() noexcept;
+	/// An IKE SA went into sas_ under @key (after the emplace): the SPI
+	/// list and the per-peer index learn it.
+	void note_added(uint64_t key);
+	/// @sa's peer was set or changed: peer_sas_ follows.
+	void index_peer(IkeSa& sa, uint64_t key);
+	void unindex_peer(IkeSa& sa, uint64_t key);
 	// Templates (engine_templates.cpp).
 	/// The active peer IKE_AUTH's IDi @who names: an ordinary peer with that
 	/// identity, else the first template whose pattern it matches.
@@ -612,7 +629,22 @@ private:
 	/// sas_, whose IKE SAs give their share back when destroyed.
 	size_t reassembly_bytes_ = 0;
 	std::map<uint64_t, std::unique_ptr<IkeSa>> sas_; ///< by our SPI
-	std::vector<Clock::time_point> restart_at_;      ///< per peer: when to initiate again
+	uint64_t sas_version_ = 0;                       ///< see sas_version()
+	std::vector<uint64_t> spis_sorted_;              ///< the keys of sas_, for our_spis()
+	/// Per peer, our SPIs of its IKE SAs (closed ones until swept), so
+	/// finding a peer's other SAs does not walk all of them.
+	std::unordered_map<size_t, std::vector<uint64_t>> peer_sas_;
+	std::vector<uint64_t> to_sweep_; ///< our SPIs of SAs sweep() must look at
+	/// Built on first use after peers_changed(): configured (not template,
+	/// not instance) peers by exact identity (type byte, then the bytes),
+	/// the lowest index for each; the DN-typed ones apart, since DNs match
+	/// by dn_equal(); and what cert_init_payloads() returns. Templates'
+	/// instances are in none of them, so a user's login does not make them stale.
+	mutable std::unordered_map<std::string, size_t> peers_by_id_;
+	mutable std::vector<size_t> dn_peers_;
+	mutable std::optional<std::vector<Payload>> cert_init_cache_;
+	mutable bool peer_index_valid_ = false;
+	std::vector<Clock::time_point> restart_at_; ///< per peer: when to initiate again
 	std::vector<uint32_t> restart_backoff_s_;
 	std::vector<std::vector<IpAddress>> leased_; ///< per peer: from Host::lease_address()
 	std::vector<IkeSuite> responder_suites_;     ///< union of the active peers' IKE proposals

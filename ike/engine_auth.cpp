@@ -39,7 +39,7 @@ void Engine::refuse_auth(IkeSa& sa, const Header& req, const std::string& why, s
 	log_limited(why);
 	extra.push_back(make_notify(notify::authentication_failed));
 	send_response(sa, req, extra);
-	sa.state = IkeSa::State::closed;
+	mark_closed(sa);
 }
 
 std::string Engine::suite_refusal(const IkeSa& sa, const PeerPolicy& pol) const {
@@ -138,6 +138,7 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 		return;
 	}
 	sa.peer = match;
+	index_peer(sa, sa.spi_r);
 	if (pol.is_template()) {
 		// The user is who the certificate (bound to the IDi) proved.
 		std::string why;
@@ -148,6 +149,7 @@ void Engine::handle_auth_request(IkeSa& sa, std::span<const uint8_t> /*msg*/, st
 			return;
 		}
 		sa.peer = instance;
+		index_peer(sa, sa.spi_r);
 	}
 
 	// peers_ may have grown (a new instance): pol is not to be used from here.
@@ -332,7 +334,7 @@ void Engine::handle_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 			// close() sends a Delete only from an established SA, which is
 			// what this one is to the responder.
 			counters_.auth_failed++;
-			sa.state = IkeSa::State::established;
+			mark_established(sa);
 			close(sa, "authentication failed: " + endpoint_text(sa.remote) + ": " + why, true,
 			      now, true);
 			return;
@@ -427,6 +429,8 @@ void Engine::finish_auth_response(IkeSa& sa, std::vector<Payload>& inner, Clock:
 }
 
 std::vector<Payload> Engine::cert_init_payloads() const {
+	// The same for every IKE_SA_INIT until a peer is added or removed.
+	if (cert_init_cache_) return *cert_init_cache_;
 	std::vector<uint8_t> hashes;
 	bool any = false;
 	for (size_t i = 0; i < peers_.size(); i++) {
@@ -444,9 +448,11 @@ std::vector<Payload> Engine::cert_init_payloads() const {
 			if (!seen) hashes.insert(hashes.end(), one.begin(), one.end());
 		}
 	}
-	if (!any) return {};
-	return {make_notify(notify::signature_hash_algorithms, sig_hashes_notify_data()),
-	        RawPayload{PayloadType::certreq, false, cert_body(hashes)}};
+	cert_init_cache_.emplace();
+	if (any)
+		*cert_init_cache_ = {make_notify(notify::signature_hash_algorithms, sig_hashes_notify_data()),
+		                     RawPayload{PayloadType::certreq, false, cert_body(hashes)}};
+	return *cert_init_cache_;
 }
 
 std::string Engine::verify_cert_auth(IkeSa& sa, const PeerPolicy& pol, const Identity& who,
@@ -469,7 +475,7 @@ std::string Engine::verify_cert_auth(IkeSa& sa, const PeerPolicy& pol, const Ide
 }
 
 void Engine::established(IkeSa& sa, Clock::time_point now) {
-	sa.state = IkeSa::State::established;
+	mark_established(sa);
 	sa.established_at = now;
 	sa.next_keepalive = now + kKeepaliveInterval;
 	if (peers_[*sa.peer].ike_rekey_s) sa.rekey_at = now + jittered(peers_[*sa.peer].ike_rekey_s);
@@ -479,9 +485,16 @@ void Engine::established(IkeSa& sa, Clock::time_point now) {
 	          ")");
 	// One IKE SA per peer: an older one (from before a restart on either
 	// side) is replaced by the one that just authenticated.
-	for (auto& [spi, other] : sas_)
-		if (other.get() != &sa && other->peer == sa.peer && other->state != IkeSa::State::closed)
-			close(*other, "replaced by a newer IKE SA", false, now, true);
+	const auto list = peer_sas_.find(*sa.peer);
+	if (list == peer_sas_.end()) return;
+	const std::vector<uint64_t> spis = list->second; // close() may log, never index: a copy all the same
+	for (const uint64_t spi : spis) {
+		const auto it = sas_.find(spi);
+		if (it == sas_.end()) continue;
+		IkeSa& other = *it->second;
+		if (&other != &sa && other.peer == sa.peer && other.state != IkeSa::State::closed)
+			close(other, "replaced by a newer IKE SA", false, now, true);
+	}
 }
 
 } // namespace esptun::ike

@@ -98,7 +98,7 @@ void Engine::fail_eap_server(IkeSa& sa, const Header& req, const std::string& wh
 		sa.eap.reset();
 		extra.push_back(make_notify(notify::authentication_failed));
 		send_response(sa, req, extra);
-		sa.state = IkeSa::State::closed;
+		mark_closed(sa);
 		return;
 	}
 	counters_.eap_failed++;
@@ -148,6 +148,7 @@ void Engine::handle_eap_request(IkeSa& sa, const Header& req, std::vector<Payloa
 		} else {
 			sa.peer = e.peer;
 		}
+		index_peer(sa, sa.spi_r);
 		// peers_ may have grown (a new instance): pol is not to be used from here.
 		const PeerPolicy& us = peers_[*sa.peer];
 		sa.peer_auth = eap_method_name(us.eap_method);

@@ -190,7 +190,7 @@ bool Engine::admit_half_open(const Endpoint& from, size_t cost) {
 		}
 		// Unauthenticated and unanswered by us since: nobody to tell.
 		counters_.half_open_evicted++;
-		victim->second->state = IkeSa::State::closed;
+		mark_closed(*victim->second);
 		half_open_forget(*victim->second);
 	}
 	return true;
@@ -415,6 +415,7 @@ void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const
 	sa->half_open_cost = cost;
 	sa->half_open_key = source;
 	sas_.emplace(key, std::move(sa));
+	note_added(key);
 	src.spis.push_back(key);
 	src.load += cost;
 	half_open_load_ += cost;
@@ -436,7 +437,9 @@ void Engine::initiate(size_t peer, Clock::time_point now) {
 	sa->ni = random_nonce();
 	sa->created = sa->last_heard = now;
 	IkeSa& ref = *sa;
-	sas_.emplace(sa->spi_i, std::move(sa));
+	const uint64_t key = sa->spi_i;
+	sas_.emplace(key, std::move(sa));
+	note_added(key);
 	restart_at_[peer] = {};
 	send_init(ref, now);
 }

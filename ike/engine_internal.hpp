@@ -409,6 +409,8 @@ struct Engine::IkeSa {
 	bool initiator = false;
 	uint64_t spi_i = 0, spi_r = 0;
 	std::optional<size_t> peer;
+	/// The peer whose entry of Engine::peer_sas_ lists this SA (index_peer()).
+	std::optional<size_t> indexed_peer;
 	Endpoint remote;
 	Port via = Port::natt;
 	IkeSuite suite;

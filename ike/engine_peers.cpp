@@ -44,6 +44,7 @@ size_t Engine::add_peer(PeerPolicy policy, Clock::time_point now) {
 	leased_.reserve(peer + 1);
 	peers_.push_back(std::move(policy));
 	active_.push_back(true);
+	peers_changed();
 	restart_at_.push_back({});
 	restart_backoff_s_.push_back(kRestartMinS);
 	leased_.emplace_back();
@@ -68,6 +69,7 @@ void Engine::remove_peer(size_t peer, Clock::time_point now) {
 	if (peer >= peers_.size())
 		throw std::out_of_range("IKE peer index " + std::to_string(peer) + " was never added");
 	if (!active_[peer]) return;
+	peers_changed();
 	if (peers_[peer].is_template()) {
 		// Its users go with it, each told by a Delete.
 		std::vector<size_t> users;
@@ -107,7 +109,7 @@ void Engine::remove_peer(size_t peer, Clock::time_point now) {
 			close(sa, "the peer was removed from the configuration", false, now, true);
 		} catch (...) {
 			counters_.internal_errors++;
-			sa.state = IkeSa::State::closed; // sweep() removes what it holds
+			mark_closed(sa); // sweep() removes what it holds
 		}
 	}
 	try {

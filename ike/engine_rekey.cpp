@@ -151,6 +151,7 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 		          hex_spi(next->spi_r, 16) + "_r)");
 		const uint64_t key = next->spi_r;
 		sas_.emplace(key, std::move(next));
+		note_added(key);
 		return;
 	}
 
@@ -606,6 +607,7 @@ void Engine::handle_rekey_ike_response(IkeSa& sa, PendingRequest& req, std::vect
 	          hex_spi(next->spi_i, 16) + "_i " + hex_spi(next->spi_r, 16) + "_r)");
 	const uint64_t key = next->spi_i;
 	sas_.emplace(key, std::move(next));
+	note_added(key);
 	// The old IKE SA goes; its CHILD_SAs live on under the new one.
 	sa.rekeyed = true;
 	const Payload del[] = {DeletePayload{Protocol::ike, {}}};

@@ -43,14 +43,50 @@ bool pattern_matches(std::string_view pattern, std::string_view text) noexcept {
 	return p == pattern.size();
 }
 
+void Engine::peers_changed() noexcept {
+	peer_index_valid_ = false;
+	cert_init_cache_.reset();
+}
+
+namespace {
+/// The key of peers_by_id_: the identity's type, then its bytes.
+std::string id_key(const Identity& id) {
+	std::string key(1, char(id.type));
+	key.append(id.data.begin(), id.data.end());
+	return key;
+}
+} // namespace
+
 std::optional<size_t> Engine::match_peer(const Identity& who) const {
 	// An ordinary peer's exact identity wins over any pattern. Instances are
 	// never matched directly: the same IDi may carry another EAP user, so
 	// every login goes through its template and picks its instance after.
-	for (size_t i = 0; i < peers_.size(); i++)
-		if (active_[i] && !peers_[i].is_template() && !peers_[i].template_of &&
-		    same_identity(peers_[i].remote_id, who))
-			return i;
+	// Found through an index, so a gateway with thousands of peers does not
+	// compare every one of them on each IKE_AUTH; the lowest index wins, as
+	// a walk in order would have found it.
+	if (!peer_index_valid_) {
+		peers_by_id_.clear();
+		dn_peers_.clear();
+		for (size_t i = 0; i < peers_.size(); i++) {
+			if (!active_[i] || peers_[i].is_template() || peers_[i].template_of) continue;
+			if (peers_[i].remote_id.type == IdType::der_asn1_dn)
+				dn_peers_.push_back(i);
+			else
+				peers_by_id_.try_emplace(id_key(peers_[i].remote_id), i);
+		}
+		peer_index_valid_ = true;
+	}
+	std::optional<size_t> found;
+	if (who.type == IdType::der_asn1_dn) {
+		for (const size_t i : dn_peers_)
+			if (same_identity(peers_[i].remote_id, who)) {
+				found = i;
+				break;
+			}
+	} else if (auto it = peers_by_id_.find(id_key(who)); it != peers_by_id_.end()) {
+		found = it->second;
+	}
+	if (found) return found;
 	const std::string text = identity_text(who);
 	for (size_t i = 0; i < peers_.size(); i++)
 		if (active_[i] && peers_[i].is_template() && pattern_matches(peers_[i].remote_pattern, text))

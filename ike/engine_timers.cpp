@@ -30,11 +30,13 @@ void Engine::tick(Clock::time_point now) {
 			log_limited(peer_label(sa) + ": timer ended by an internal error: " + what);
 			close(sa, "internal error: " + what, true, now);
 		} catch (...) {
-			sa.state = IkeSa::State::closed; // sweep() removes what it holds
+			mark_closed(sa); // sweep() removes what it holds
 		}
 	}
 	try {
-		sweep();
+		// All of them, not only those noted: the safety net for an SA whose
+		// sweep an exception cut short.
+		sweep_all();
 	} catch (...) {
 		counters_.internal_errors++; // what is left is swept again on the next tick
 	}
@@ -73,7 +75,7 @@ void Engine::tick_sa(IkeSa& sa, Clock::time_point now) {
 		return;
 	}
 	if (sa.state == IkeSa::State::responder_init && now - sa.created >= kHalfOpenTimeout) {
-		sa.state = IkeSa::State::closed; // never authenticated: nothing to tell anyone
+		mark_closed(sa); // never authenticated: nothing to tell anyone
 		return;
 	}
 	if (sa.pending && now >= sa.pending->next) {
@@ -162,7 +164,7 @@ void Engine::close(IkeSa& sa, const std::string& why, bool restart, Clock::time_
 	if (sa.state == IkeSa::State::closed) return;
 	if (tell_peer) send_ike_delete(sa, now);
 	remove_children(sa);
-	sa.state = IkeSa::State::closed;
+	mark_closed(sa);
 	if (!sa.peer) return;
 	const size_t peer = *sa.peer;
 	if (!sa.rekeyed) host_.log(peer_label(sa) + ": IKE SA closed: " + why);
@@ -182,24 +184,77 @@ void Engine::close(IkeSa& sa, const std::string& why, bool restart, Clock::time_
 	}
 }
 
-void Engine::sweep() {
-	for (auto it = sas_.begin(); it != sas_.end();) {
-		// The half-open index follows every way out of responder_init
-		// (authenticated, failed, expired, evicted): all of them pass here
-		// before the next message is handled.
-		if (it->second->half_open_cost && it->second->state != IkeSa::State::responder_init)
-			half_open_forget(*it->second);
-		if (it->second->state == IkeSa::State::closed) {
-			remove_children(*it->second);
-			// An instance may have lost its last IKE SA: end_instances() checks.
-			if (const std::optional<size_t> peer = it->second->peer;
-			    peer && peers_[*peer].template_of)
-				ending_.push_back(*peer);
-			it = sas_.erase(it);
-		} else {
-			++it;
-		}
+void Engine::mark_closed(IkeSa& sa) {
+	sa.state = IkeSa::State::closed;
+	to_sweep_.push_back(sa.initiator ? sa.spi_i : sa.spi_r);
+}
+
+void Engine::mark_established(IkeSa& sa) {
+	sa.state = IkeSa::State::established;
+	if (sa.half_open_cost) to_sweep_.push_back(sa.initiator ? sa.spi_i : sa.spi_r);
+}
+
+/*
+ * sweep_entry() - what sweep() does for one IKE SA: the half-open index
+ * follows every way out of responder_init (authenticated, failed, expired,
+ * evicted), and a closed SA goes with its CHILD_SAs.
+ * Return: the entry after @it.
+ */
+Engine::SaMap::iterator Engine::sweep_entry(SaMap::iterator it) {
+	IkeSa& sa = *it->second;
+	if (sa.half_open_cost && sa.state != IkeSa::State::responder_init) half_open_forget(sa);
+	if (sa.state != IkeSa::State::closed) return std::next(it);
+	remove_children(sa);
+	// An instance may have lost its last IKE SA: end_instances() checks.
+	if (const std::optional<size_t> peer = sa.peer; peer && peers_[*peer].template_of)
+		ending_.push_back(*peer);
+	sas_version_++;
+	if (auto s = std::lower_bound(spis_sorted_.begin(), spis_sorted_.end(), it->first);
+	    s != spis_sorted_.end() && *s == it->first)
+		spis_sorted_.erase(s);
+	unindex_peer(sa, it->first);
+	return sas_.erase(it);
+}
+
+void Engine::note_added(uint64_t key) {
+	sas_version_++;
+	spis_sorted_.insert(std::lower_bound(spis_sorted_.begin(), spis_sorted_.end(), key), key);
+	if (auto it = sas_.find(key); it != sas_.end()) index_peer(*it->second, key);
+}
+
+void Engine::unindex_peer(IkeSa& sa, uint64_t key) {
+	if (!sa.indexed_peer) return;
+	if (auto list = peer_sas_.find(*sa.indexed_peer); list != peer_sas_.end()) {
+		std::erase(list->second, key);
+		if (list->second.empty()) peer_sas_.erase(list);
 	}
+	sa.indexed_peer.reset();
+}
+
+void Engine::index_peer(IkeSa& sa, uint64_t key) {
+	if (sa.indexed_peer == sa.peer) return;
+	unindex_peer(sa, key);
+	if (sa.peer) {
+		peer_sas_[*sa.peer].push_back(key);
+		sa.indexed_peer = sa.peer;
+	}
+}
+
+void Engine::sweep() {
+	// Only the IKE SAs that closed or authenticated since the last sweep
+	// (mark_closed(), mark_established()): every message handled ends here,
+	// so a walk of all of them would cost each message O(IKE SAs).
+	std::vector<uint64_t> spis;
+	spis.swap(to_sweep_);
+	for (uint64_t spi : spis)
+		if (auto it = sas_.find(spi); it != sas_.end()) sweep_entry(it);
+	end_instances();
+}
+
+void Engine::sweep_all() {
+	to_sweep_.clear();
+	for (auto it = sas_.begin(); it != sas_.end();)
+		it = sweep_entry(it);
 	end_instances();
 }
 
@@ -233,7 +288,7 @@ void Engine::shutdown() {
 		if (sa->state != IkeSa::State::established) continue;
 		send_ike_delete(*sa, now);
 		remove_children(*sa);
-		sa->state = IkeSa::State::closed;
+		mark_closed(*sa);
 	}
 	sweep();
 }

@@ -354,6 +354,10 @@ void IkeService::arm_timer() {
  * Only a changed set is published, so the workers' lock is taken rarely.
  */
 void IkeService::publish_spis() {
+	// Unchanged set: nothing to walk. With thousands of IKE SAs the walk
+	// after every message was most of an IKE_SA_INIT's cost.
+	if (engine_->sas_version() == published_version_) return;
+	published_version_ = engine_->sas_version();
 	engine_->our_spis(spis_now_);
 	if (spis_now_ == published_spis_) return;
 	published_spis_ = spis_now_;

@@ -131,6 +131,8 @@ private:
 	/// Our IKE SPIs as last published to the inbox, and the buffer the
 	/// engine fills to compare with them.
 	std::vector<uint64_t> published_spis_, spis_now_;
+	/// engine_->sas_version() when they were: a walk only after a change.
+	std::optional<uint64_t> published_version_;
 	uint64_t send_errors_ = 0;
 	std::vector<IpPrefix> virtual_addresses_; ///< on the tun, from the gateway
 	FullTunnel* full_tunnel_ = nullptr;       ///< route_all's /1 routes, or null
