@@ -44,9 +44,9 @@ AesGcmTransform::AesGcmTransform(const CipherSpec& spec, std::span<const uint8_t
 		throw std::runtime_error("AES-GCM with VAES needs AVX-512 (F, BW, VL), VAES and VPCLMULQDQ, "
 		                         "which this CPU or OS does not offer");
 	if (impl != GcmImpl::evp && vaes::supported()) {
-		vaes_ = std::make_unique<vaes::GcmKey>();
-		if (!vaes::init(*vaes_, key.data(), aes_len))
-			throw std::invalid_argument("wrong AES key length");
+		auto k = std::make_unique<vaes::GcmKey>();
+		if (!vaes::init(*k, key.data(), aes_len)) throw std::invalid_argument("wrong AES key length");
+		vaes_ = std::move(k);
 		return;
 	}
 	enc_ = detail::new_cipher_ctx(gcm_cipher(aes_len), key.data(), true);
@@ -55,6 +55,18 @@ AesGcmTransform::AesGcmTransform(const CipherSpec& spec, std::span<const uint8_t
 }
 
 AesGcmTransform::~AesGcmTransform() { OPENSSL_cleanse(salt_.data(), salt_.size()); }
+
+std::unique_ptr<EspTransform> AesGcmTransform::for_another_worker() const {
+	if (!vaes_) return nullptr;
+	// A copy of the salt and flags, the same key: seal() and open() keep
+	// nothing else between packets.
+	std::unique_ptr<AesGcmTransform> t(new AesGcmTransform(spec_, esn_));
+	t->salt_ = salt_;
+	t->vaes_ = vaes_;
+	return t;
+}
+
+AesGcmTransform::AesGcmTransform(const CipherSpec& spec, bool esn) : spec_(spec), esn_(esn) {}
 
 size_t AesGcmTransform::build_aad(std::span<const uint8_t> esp, uint32_t seq_hi,
                                   std::array<uint8_t, 12>& aad) const noexcept {

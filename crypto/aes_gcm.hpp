@@ -53,6 +53,9 @@ public:
 	AesGcmTransform(const CipherSpec& spec, std::span<const uint8_t> key, bool esn,
 	                GcmImpl impl = GcmImpl::automatic);
 	~AesGcmTransform() override;
+	/// The VAES code shares the expanded key (read-only); the EVP contexts
+	/// are not shared (nullptr).
+	std::unique_ptr<EspTransform> for_another_worker() const override;
 
 	const CipherSpec& spec() const noexcept override { return spec_; }
 	void seal(std::span<uint8_t> esp, uint64_t seq) noexcept override;
@@ -70,6 +73,8 @@ public:
 	                  std::span<const uint8_t, kGcmIvLen> iv) noexcept;
 
 private:
+	/// for_another_worker(): everything but the key, which it then shares.
+	AesGcmTransform(const CipherSpec& spec, bool esn);
 	size_t build_aad(std::span<const uint8_t> esp, uint32_t seq_hi,
 	                 std::array<uint8_t, 12>& aad) const noexcept;
 	std::array<uint8_t, 12> nonce(const uint8_t* iv) const noexcept;
@@ -77,7 +82,9 @@ private:
 	const CipherSpec& spec_; // the static table entry, whatever @spec pointed to
 	bool esn_;
 	std::array<uint8_t, kGcmSaltLen> salt_{};
-	std::unique_ptr<vaes::GcmKey> vaes_; ///< set: the VAES code runs; the contexts stay empty
+	/// Set: the VAES code runs and the contexts stay empty. Shared with the
+	/// transforms for_another_worker() made; ~GcmKey wipes it.
+	std::shared_ptr<const vaes::GcmKey> vaes_;
 	detail::CipherCtx enc_;
 	detail::CipherCtx dec_;
 };

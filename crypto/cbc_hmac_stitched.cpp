@@ -241,10 +241,15 @@ struct CbcHmacStitchedTransform::State {
 	bool sha256;
 	KeyWords words; // HMAC ipad/opad states, SHA-1 or SHA-256 per sha256
 
+	State() = default;
+	State(const State&) = delete;
+	State& operator=(const State&) = delete;
+	~State() { OPENSSL_cleanse(this, sizeof *this); } // key schedules and pad states
+
 	// seal_payload() - encrypt the payload in place and write the ICV; the
 	// IV is already in the packet. See the theory of operation at the top.
 	template <class Ops> void seal_payload(uint8_t* pkt, const EspLayout& l, size_t head_len, bool esn,
-	                                       uint32_t seq_hi, size_t icv_len) noexcept {
+	                                       uint32_t seq_hi, size_t icv_len) const noexcept {
 		uint8_t* p = pkt + l.payload_off;
 		const size_t len = l.payload_len;
 		alignas(16) std::array<uint8_t, kCbcIvLen> iv;
@@ -282,7 +287,7 @@ struct CbcHmacStitchedTransform::State {
 	// numbers in aesni-sha1-x86_64.pl), so stitching gains almost nothing
 	// there (OpenSSL ships no stitched decrypt for the same reason).
 	template <class Ops> bool open_payload(uint8_t* pkt, const EspLayout& l, bool esn, uint32_t seq_hi,
-	                                       size_t icv_len) noexcept {
+	                                       size_t icv_len) const noexcept {
 		ShaWords h = words.inner;
 		std::array<uint8_t, Ops::kLen> icv;
 		finish_icv<Ops>(h.data(), pkt, l.icv_off, kShaBlock, esn, seq_hi, words.outer, icv.data(),
@@ -326,22 +331,31 @@ const CipherSpec& check_spec(const CipherSpec& spec, std::span<const uint8_t> en
 
 CbcHmacStitchedTransform::CbcHmacStitchedTransform(const CipherSpec& spec, std::span<const uint8_t> enc_key,
                                                    std::span<const uint8_t> auth_key, bool esn)
-    : spec_(cipher_spec(check_spec(spec, enc_key, auth_key).id)), esn_(esn), head_len_(kHeadOther),
-      st_(std::make_unique<State>()) {
+    : spec_(cipher_spec(check_spec(spec, enc_key, auth_key).id)), esn_(esn), head_len_(kHeadOther) {
 	// check_spec() ran cpu::ia32cap_init(), which filled OPENSSL_ia32cap_P
 	// before this first call into the assembly.
+	auto st = std::make_unique<State>();
 	const int bits = int(enc_key.size() * 8);
-	if (aesni_set_encrypt_key(enc_key.data(), bits, &st_->enc) != 0 ||
-	    aesni_set_decrypt_key(enc_key.data(), bits, &st_->dec) != 0)
+	if (aesni_set_encrypt_key(enc_key.data(), bits, &st->enc) != 0 ||
+	    aesni_set_decrypt_key(enc_key.data(), bits, &st->dec) != 0)
 		throw std::runtime_error("aesni_set_*_key failed");
-	st_->sha256 = is_sha256(spec_.id);
-	const cpu::StitchPath path = st_->sha256 ? cpu::sha256_stitch_path() : cpu::sha1_stitch_path();
+	st->sha256 = is_sha256(spec_.id);
+	const cpu::StitchPath path = st->sha256 ? cpu::sha256_stitch_path() : cpu::sha1_stitch_path();
 	head_len_ = path == cpu::StitchPath::shaext ? kHeadShaNi : kHeadOther;
-	st_->words = st_->sha256 ? key_words<Sha256Ops>(auth_key) : key_words<Sha1Ops>(auth_key);
+	st->words = st->sha256 ? key_words<Sha256Ops>(auth_key) : key_words<Sha1Ops>(auth_key);
+	st_ = std::move(st);
 }
 
-CbcHmacStitchedTransform::~CbcHmacStitchedTransform() {
-	if (st_) OPENSSL_cleanse(st_.get(), sizeof *st_); // key schedules and pad states
+CbcHmacStitchedTransform::CbcHmacStitchedTransform(const CbcHmacStitchedTransform& o, SharedKey)
+    : spec_(o.spec_), esn_(o.esn_), head_len_(o.head_len_), st_(o.st_) {}
+
+// The State wipes itself when its last sharer goes (~State).
+CbcHmacStitchedTransform::~CbcHmacStitchedTransform() = default;
+
+std::unique_ptr<EspTransform> CbcHmacStitchedTransform::for_another_worker() const {
+	// Its own IV generator (a fresh random key): IVs stay unpredictable and
+	// distinct per thread, as RFC 3602 wants of CBC.
+	return std::unique_ptr<EspTransform>(new CbcHmacStitchedTransform(*this, SharedKey{}));
 }
 
 size_t CbcHmacStitchedTransform::stitched_min_payload() const noexcept { return head_len_ + kShaBlock; }

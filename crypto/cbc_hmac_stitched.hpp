@@ -42,6 +42,8 @@ public:
 	CbcHmacStitchedTransform(const CipherSpec& spec, std::span<const uint8_t> enc_key,
 	                         std::span<const uint8_t> auth_key, bool esn);
 	~CbcHmacStitchedTransform() override;
+	/// Shares the AES key schedules and HMAC pad states; a new IV generator.
+	std::unique_ptr<EspTransform> for_another_worker() const override;
 	CbcHmacStitchedTransform(const CbcHmacStitchedTransform&) = delete;
 	CbcHmacStitchedTransform& operator=(const CbcHmacStitchedTransform&) = delete;
 
@@ -64,12 +66,15 @@ public:
 
 private:
 	struct State;
+	struct SharedKey {};
+	/// for_another_worker(): @o's key material, a new IV generator.
+	CbcHmacStitchedTransform(const CbcHmacStitchedTransform& o, SharedKey);
 	void seal_in_place(uint8_t* esp, const detail::EspLayout& l, uint64_t seq) noexcept;
 
 	const CipherSpec& spec_;
 	bool esn_;
-	size_t head_len_; // payload bytes CBC-encrypted before the stitched call
-	std::unique_ptr<State> st_;
+	size_t head_len_;                 // payload bytes CBC-encrypted before the stitched call
+	std::shared_ptr<const State> st_; ///< shared with the transforms for_another_worker() made
 	CbcIvGenerator ivgen_;
 };
 

@@ -91,6 +91,19 @@ public:
 	 * crypto/cbc_hmac_stitched.hpp).
 	 */
 	virtual std::string_view impl_name() const noexcept = 0;
+
+	/**
+	 * for_another_worker() - a transform of the same SA direction for
+	 * another data-path thread: it shares this one's key material, which
+	 * seal() and open() only read (AES round keys, GHASH powers, HMAC pad
+	 * states; wiped when the last sharer goes), and has mutable state of
+	 * its own (the CBC IV generator). An SA used by N workers then holds
+	 * its key material once, not N times: most of what a client costs a
+	 * gateway (issue 19).
+	 * Return: nullptr where this implementation keeps everything in
+	 * per-thread OpenSSL contexts (then build another from the keys).
+	 */
+	virtual std::unique_ptr<EspTransform> for_another_worker() const { return nullptr; }
 };
 
 /// How to implement the AES-CBC + HMAC suites (GCM: GcmImpl, crypto/aes_gcm.hpp).

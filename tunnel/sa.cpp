@@ -403,10 +403,19 @@ void SaTable::check_dynamic_peer(const Peer& peer, const char* what) const {
 
 std::vector<std::unique_ptr<crypto::EspTransform>> SaTable::make_transforms(const Peer& peer,
                                                                             const ChildSaKeys& keys) const {
+	// The first from the keys; the other workers' share its key material
+	// where the implementation can (crypto::EspTransform::for_another_worker()).
 	std::vector<std::unique_ptr<crypto::EspTransform>> t;
-	for (size_t w = 0; w < workers_; w++)
-		t.push_back(crypto::make_esp_transform(keys.cipher, keys.enc_key, keys.auth_key, keys.esn,
-		                                       peer.impl));
+	t.reserve(workers_);
+	t.push_back(
+	    crypto::make_esp_transform(keys.cipher, keys.enc_key, keys.auth_key, keys.esn, peer.impl));
+	for (size_t w = 1; w < workers_; w++) {
+		std::unique_ptr<crypto::EspTransform> next = t.front()->for_another_worker();
+		if (!next)
+			next = crypto::make_esp_transform(keys.cipher, keys.enc_key, keys.auth_key, keys.esn,
+			                                  peer.impl);
+		t.push_back(std::move(next));
+	}
 	return t;
 }
 
