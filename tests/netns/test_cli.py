@@ -132,6 +132,8 @@ def check_command_line(rep, build):
          "bench: a number out of range"),
         (bench, ("crypto", "--sizes", "64,x"), ["--sizes", "'x'"], "bench: a list item that is no number"),
         (bench, ("compare", "--duration"), ["--duration"], "bench: an option without its value"),
+        (bench, ("ike-load", "--groups", "modp768"), ["esptun-bench ike-load:", "unknown group", "modp768"],
+         "bench: a group ike-load does not know"),
         (bench, ("vhost-counts", "row", "--phase", "p", "one"), ["BEFORE AFTER"],
          "bench: one file where two are wanted"),
         (bench, ("nope",), ["unknown command 'nope'", "udp-engines"], "bench: an unknown command"),
@@ -154,9 +156,9 @@ def check_command_line(rep, build):
               "status --help lists its options", out)
     rc, out, err = bench(build, "--help")
     rep.equal(re.findall(r"^  ([a-z][a-z-]*) +\S", out, re.M),
-              ["demo", "vhost-counts", "crypto", "compare", "udp-engines", "help"],
+              ["demo", "vhost-counts", "crypto", "compare", "udp-engines", "ike-load", "help"],
               "bench --help: one line per command")
-    for cmd in (["demo"], ["crypto"], ["compare"], ["udp-engines"], ["vhost-counts"],
+    for cmd in (["demo"], ["crypto"], ["compare"], ["udp-engines"], ["ike-load"], ["vhost-counts"],
                 ["vhost-counts", "snapshot"], ["vhost-counts", "row"], ["vhost-counts", "table"]):
         rc, out, err = bench(build, *cmd, "--help")
         rep.check(rc == 0 and f"esptun-bench {' '.join(cmd)}" in out, f"bench {' '.join(cmd)} --help",

@@ -18,21 +18,21 @@
 #include "apps/bench/compare/report.hpp"
 #include "apps/bench/compare/subjects.hpp"
 #include "apps/bench/lab/command.hpp"
+#include "apps/bench/lab/proc_stats.hpp"
 #include "apps/bench/lab/process.hpp"
+#include "apps/bench/lab/run_info.hpp"
 #include "apps/bench/lab/temp_dir.hpp"
 #include "base/error.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 namespace esptun::bench::compare {
@@ -53,29 +53,6 @@ struct CompareOptions {
 	std::vector<std::string> wireguard_go; ///< --wireguard-go, in order; empty: PATH's
 	std::string command;
 };
-
-/// self_dir() - the folder of /proc/self/exe (esptun-gateway is built beside it)
-std::string self_dir() {
-	std::error_code ec;
-	auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-	if (ec) throw std::runtime_error("cannot read /proc/self/exe: " + ec.message());
-	return self.parent_path().string();
-}
-
-std::string utc_now() {
-	std::time_t t = std::time(nullptr);
-	std::tm tm{};
-	gmtime_r(&t, &tm);
-	char buf[32];
-	std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return buf;
-}
-
-std::string host_text() {
-	utsname u{};
-	uname(&u);
-	return std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cores, kernel " + u.release;
-}
 
 /// write_text() - replace @path with @text; throws on failure
 void write_text(const std::string& path, const std::string& text) {

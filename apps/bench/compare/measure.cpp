@@ -279,27 +279,4 @@ LatencyStats run_udp_rr(const std::string& server_ns, const std::string& client_
 	return LatencyStats::of(count, std::move(rtt));
 }
 
-double cpu_seconds(const std::vector<pid_t>& pids) {
-	static const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-	double total = 0;
-	for (pid_t pid : pids) {
-		std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-		std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-		auto close = stat.rfind(')');
-		if (close == std::string::npos)
-			throw std::runtime_error("process " + std::to_string(pid) +
-			                         " is gone (no /proc stat)");
-		// After "pid (comm)": field 3 is the state; utime and stime are fields 14, 15.
-		std::istringstream f(stat.substr(close + 2));
-		std::string field;
-		double utime = 0, stime = 0;
-		for (int i = 3; i <= 15 && f >> field; i++) {
-			if (i == 14) utime = std::strtod(field.c_str(), nullptr);
-			if (i == 15) stime = std::strtod(field.c_str(), nullptr);
-		}
-		total += (utime + stime) / ticks;
-	}
-	return total;
-}
-
 } // namespace esptun::bench::compare

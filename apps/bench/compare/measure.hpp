@@ -92,10 +92,4 @@ LatencyStats run_ping(const std::string& ns, const std::string& dst, unsigned co
 LatencyStats run_udp_rr(const std::string& server_ns, const std::string& client_ns, const std::string& dst,
                         uint16_t port, unsigned count);
 
-/**
- * cpu_seconds() - utime + stime of processes @pids (all their threads,
- * living and exited) from /proc/PID/stat. Throws when one is gone.
- */
-double cpu_seconds(const std::vector<pid_t>& pids);
-
 } // namespace esptun::bench::compare

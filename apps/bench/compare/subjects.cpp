@@ -3,6 +3,7 @@
 
 #include "apps/bench/compare/keys.hpp"
 #include "apps/bench/compare/subject_helpers.hpp"
+#include "apps/bench/lab/charon.hpp"
 #include "apps/bench/lab/ping.hpp"
 #include "apps/bench/lab/sa_keys.hpp"
 #include "apps/bench/lab/temp_dir.hpp"
@@ -19,7 +20,6 @@
 #include <sched.h>
 #include <set>
 #include <sstream>
-#include <sys/mount.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -29,10 +29,6 @@ using namespace lab;
 namespace {
 
 using State = Availability::State;
-
-constexpr const char* kCharon = "/usr/lib/ipsec/charon";
-constexpr const char* kLibipsecPlugin = "/usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so";
-constexpr const char* kGcmPlugin = "/usr/lib/ipsec/plugins/libstrongswan-gcm.so";
 
 Availability not_installed(const std::string& why) { return {State::not_installed, why}; }
 
@@ -73,28 +69,10 @@ Child spawn_logged(const std::string& netns, const std::vector<std::string>& arg
 	});
 }
 
-/// word_after() - the word that follows @prefix in @text ("" when @prefix is absent)
-std::string word_after(const std::string& text, const std::string& prefix) {
-	auto at = text.find(prefix);
-	if (at == std::string::npos) return "";
-	at += prefix.size();
-	auto end = text.find_first_of(" \t\r\n", at);
-	return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
-}
-
-/// version_word() - the word after @prefix in what `@argv` prints on stdout
-/// and stderr (exit status ignored: swanctl --version also asks a daemon)
+/// version_word() - lab::version_word() with the run's scratch folder
 std::string version_word(const std::vector<std::string>& argv, const std::string& prefix,
                          const SubjectEnv& env) {
-	try {
-		CmdResult r = capture("", argv, Millis(5000), env.scratch);
-		std::string v = word_after(r.out, prefix);
-		return v.empty() ? word_after(r.err, prefix) : v;
-	} catch (const Interrupted&) {
-		throw;
-	} catch (const std::exception&) {
-		return "";
-	}
+	return lab::version_word(argv, prefix, env.scratch);
 }
 
 // --- plain veth: the ceiling ------------------------------------------------
@@ -365,16 +343,8 @@ public:
 	std::string src() const override { return "10.99.6.1"; }
 
 	Availability availability(const SubjectEnv&) const override {
-		if (!exists(kCharon))
-			return not_installed(std::string(kCharon) + " missing (package strongswan-charon)");
-		if (!exists(kLibipsecPlugin))
-			return not_installed(
-			    "kernel-libipsec plugin missing (package libcharon-extra-plugins)");
-		if (!exists(kGcmPlugin))
-			return not_installed(
-			    "strongSwan gcm plugin missing (package libstrongswan-standard-plugins)");
-		if (find_program("swanctl").empty())
-			return not_installed("swanctl not found in PATH (package strongswan-swanctl)");
+		const std::string missing = charon_missing();
+		if (!missing.empty()) return not_installed(missing);
 		return {};
 	}
 	/// version() - strongSwan's release as `swanctl --version` prints it
@@ -388,29 +358,13 @@ protected:
 	void bring_up(const SubjectEnv& env) override {
 		const lab::NetnsPair& t = *env.topo;
 		const std::string psk = random_hex(32);
-		std::string vici[2], swanctl[2];
+		std::vector<CharonFiles> files;
 		for (int i = 0; i < 2; i++) {
 			const bool a = i == 0;
 			const std::string& ns = a ? t.a() : t.b();
-			const std::string dir = env.scratch + "/strongswan-" + (a ? "a" : "b");
-			std::filesystem::create_directories(dir + "/run");
-			vici[i] = dir + "/charon.vici";
-			swanctl[i] = dir + "/swanctl.conf";
+			const CharonFiles& f =
+			    files.emplace_back(env.scratch + "/strongswan-" + (a ? "a" : "b"));
 			ip_in(env, ns, {"addr", "add", a ? "10.99.6.1/32" : "10.99.6.2/32", "dev", "lo"});
-			std::ostringstream conf;
-			// kernel-libipsec before kernel-netlink: libipsec is the IPsec
-			// backend, netlink still does addresses and routes.
-			conf << "charon {\n"
-			     << "  load_modular = no\n"
-			     << "  load = random nonce openssl pem pkcs1 x509 pubkey aes sha1 sha2 hmac gcm "
-			        "curve25519 "
-			        "gmp kdf kernel-libipsec kernel-netlink socket-default vici\n"
-			     << "  install_routes = yes\n"
-			     << "  plugins {\n    vici {\n      socket = unix://" << vici[i]
-			     << "\n    }\n  }\n"
-			     << "  filelog {\n    stderr {\n      default = 1\n      ike = 1\n    }\n  }\n"
-			     << "  journal {\n    default = -1\n  }\n}\n";
-			write_private_file(dir + "/strongswan.conf", conf.str());
 			std::ostringstream sw;
 			sw << "connections {\n  ab {\n    version = 2\n"
 			   << "    local_addrs = " << (a ? kUnderA : kUnderB) << "\n"
@@ -427,36 +381,15 @@ protected:
 			   << "      }\n    }\n  }\n}\n"
 			   << "secrets {\n  ike-ab {\n    id-a = a.cmp\n    id-b = b.cmp\n    secret = 0x"
 			   << psk << "\n  }\n}\n";
-			write_private_file(swanctl[i], sw.str());
-			// charon's PID file path is fixed under /run: each daemon gets a
-			// private mount namespace with its own folder bound over /run.
-			const std::string run_dir = dir + "/run", conf_path = dir + "/strongswan.conf",
-			                  log = dir + "/charon.log";
-			keep(fork_in_netns(
-			         ns,
-			         [&]() -> int {
-				         log_to(log);
-				         if (unshare(CLONE_NEWNS) < 0) throw_errno("unshare(CLONE_NEWNS)");
-				         if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0)
-					         throw_errno("make / private");
-				         if (mount(run_dir.c_str(), "/run", nullptr, MS_BIND, nullptr) < 0)
-					         throw_errno("bind " + run_dir + " over /run");
-				         setenv("STRONGSWAN_CONF", conf_path.c_str(), 1);
-				         execl(kCharon, kCharon, static_cast<char*>(nullptr));
-				         throw_errno(std::string("exec ") + kCharon);
-			         }),
-			     log);
+			write_private_file(f.swanctl, sw.str());
+			keep(start_charon(ns, f, charon_conf(f, "install_routes = yes", 1)), f.log);
 		}
-		for (int i = 0; i < 2; i++) {
-			wait_for_file(vici[i], Millis(10000), *this);
-			run_in(i == 0 ? t.a() : t.b(),
-			       {"swanctl", "--load-all", "--uri", "unix://" + vici[i], "--file", swanctl[i]},
-			       env.scratch);
-		}
-		run_in(t.a(),
-		       {"swanctl", "--initiate", "--child", "net", "--timeout", "20", "--uri",
-		        "unix://" + vici[0]},
-		       env.scratch, Millis(25000));
+		for (int i = 0; i < 2; i++)
+			load_swanctl(i == 0 ? t.a() : t.b(), files[size_t(i)], env.scratch);
+		run_in(
+		    t.a(),
+		    {"swanctl", "--initiate", "--child", "net", "--timeout", "20", "--uri", files[0].uri()},
+		    env.scratch, Millis(25000));
 	}
 };
 
@@ -505,14 +438,7 @@ std::string first_line_of(const std::string& s) {
 }
 
 std::string wireguard_go_version(const std::string& path, const std::string& scratch) {
-	try {
-		CmdResult r = capture("", {path, "--version"}, Millis(5000), scratch);
-		return word_after(r.out, "wireguard-go ");
-	} catch (const Interrupted&) {
-		throw;
-	} catch (const std::exception&) {
-		return "";
-	}
+	return lab::version_word({path, "--version"}, "wireguard-go ", scratch);
 }
 
 void Subject::start(const SubjectEnv& env) {

@@ -16,6 +16,7 @@
 #include "apps/bench/lab/netns_pair.hpp"
 #include "apps/bench/lab/ping.hpp"
 #include "apps/bench/lab/process.hpp"
+#include "apps/bench/lab/run_info.hpp"
 #include "apps/bench/lab/sa_keys.hpp"
 #include "apps/bench/lab/temp_dir.hpp"
 
@@ -84,18 +85,6 @@ CLI::Validator count(uint64_t max) {
 		    return "";
 	    },
 	    "N[k|M|G]");
-}
-
-/// find_gateway_binary() - esptun-gateway in the folder of /proc/self/exe
-std::string find_gateway_binary() {
-	std::error_code ec;
-	auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-	if (ec) throw std::runtime_error("cannot read /proc/self/exe: " + ec.message());
-	auto gw = self.parent_path() / "esptun-gateway";
-	if (access(gw.c_str(), X_OK) != 0)
-		throw std::runtime_error(gw.string() +
-		                         " not found: build it (cmake --build build) or pass --gateway PATH");
-	return gw.string();
 }
 
 std::string human_bytes(double b) {
@@ -301,7 +290,7 @@ int run_demo(const CLI::App& verb, const DemoOptions& opt) {
 	}
 	install_stop_handlers();
 	try {
-		std::string gateway = opt.gateway.empty() ? find_gateway_binary() : opt.gateway;
+		std::string gateway = opt.gateway.empty() ? gateway_binary() : opt.gateway;
 		return run(opt, *spec, gateway);
 	} catch (const Interrupted&) {
 		std::fprintf(

@@ -14,9 +14,9 @@ using service::Json;
 using service::parse_json;
 
 GatewayProcess::GatewayProcess(std::string label, std::string netns, std::string binary, std::string config,
-                               std::string log)
+                               std::string log, std::string control_socket)
     : label_(std::move(label)), netns_(std::move(netns)), binary_(std::move(binary)),
-      config_(std::move(config)), log_(std::move(log)) {
+      config_(std::move(config)), log_(std::move(log)), control_socket_(std::move(control_socket)) {
 	child_ = spawn_in_netns(netns_, {binary_, "run", "-c", config_}, log_);
 }
 
@@ -28,8 +28,9 @@ std::optional<Json> GatewayProcess::status(Millis timeout) const {
 		dup2(out.write_end.get(), STDOUT_FILENO);
 		platform::UniqueFd err(open(err_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
 		if (err) dup2(err.get(), STDERR_FILENO);
-		execl(binary_.c_str(), binary_.c_str(), "status", "-c", config_.c_str(),
-		      static_cast<char*>(nullptr));
+		const bool by_socket = !control_socket_.empty();
+		execl(binary_.c_str(), binary_.c_str(), "status", by_socket ? "-s" : "-c",
+		      by_socket ? control_socket_.c_str() : config_.c_str(), static_cast<char*>(nullptr));
 		return 127;
 	});
 	out.write_end.reset();

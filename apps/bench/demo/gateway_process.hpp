@@ -16,12 +16,14 @@ public:
 	 * GatewayProcess() - start `@binary run -c @config` inside @netns
 	 * @label: short name for messages ("A", "B")
 	 * @log:   file for the gateway's stdout and stderr
+	 * @control_socket: when set, status() finds the gateway by it (`-s`)
+	 *         instead of loading @config (which takes long with many peers)
 	 */
 	GatewayProcess(std::string label, std::string netns, std::string binary, std::string config,
-	               std::string log);
+	               std::string log, std::string control_socket = {});
 
 	/**
-	 * status() - run `@binary status -c @config` and parse its JSON
+	 * status() - run `@binary status -c @config` (or `-s SOCKET`) and parse its JSON
 	 * Return: the status, or nullopt when the command failed (not running yet)
 	 */
 	std::optional<service::Json> status(lab::Millis timeout = lab::Millis(3000)) const;
@@ -43,9 +45,10 @@ public:
 	/// status_error() - what the last failed `status` command printed on stderr
 	std::string status_error() const;
 	const std::string& label() const noexcept { return label_; }
+	pid_t pid() const noexcept { return child_.pid(); }
 
 private:
-	std::string label_, netns_, binary_, config_, log_;
+	std::string label_, netns_, binary_, config_, log_, control_socket_;
 	lab::Child child_;
 };
 

@@ -78,4 +78,25 @@ std::string run_in(const std::string& netns, const std::vector<std::string>& arg
 	return r.out;
 }
 
+std::string word_after(const std::string& text, const std::string& prefix) {
+	auto at = text.find(prefix);
+	if (at == std::string::npos) return "";
+	at += prefix.size();
+	auto end = text.find_first_of(" \t\r\n", at);
+	return text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+std::string version_word(const std::vector<std::string>& argv, const std::string& prefix,
+                         const std::string& scratch) {
+	try {
+		CmdResult r = capture("", argv, Millis(5000), scratch);
+		std::string v = word_after(r.out, prefix);
+		return v.empty() ? word_after(r.err, prefix) : v;
+	} catch (const Interrupted&) {
+		throw;
+	} catch (const std::exception&) {
+		return "";
+	}
+}
+
 } // namespace esptun::bench::lab

@@ -37,4 +37,15 @@ CmdResult capture(const std::string& netns, const std::vector<std::string>& argv
 std::string run_in(const std::string& netns, const std::vector<std::string>& argv, const std::string& scratch,
                    Millis timeout = Millis(15000));
 
+/// word_after() - the word that follows @prefix in @text ("" when @prefix is absent)
+std::string word_after(const std::string& text, const std::string& prefix);
+
+/**
+ * version_word() - the word after @prefix in what `@argv` prints on stdout
+ * or stderr (exit status ignored: `swanctl --version` also asks a daemon),
+ * "" when there is none or the program cannot run
+ */
+std::string version_word(const std::vector<std::string>& argv, const std::string& prefix,
+                         const std::string& scratch);
+
 } // namespace esptun::bench::lab

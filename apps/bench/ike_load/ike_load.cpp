@@ -1,0 +1,508 @@
+// `esptun-bench ike-load`: the generator (generator.hpp) against each
+// responder in turn, in one run and on one pair of namespaces:
+//
+//   netns G (generator)                           netns R (responder)
+//   10.203.0.10 .. 10.203.0.(9+S) <---- veth ----> 10.203.0.2:4500
+//
+// For each DH group and responder: start the responder with N clients
+// configured (a PSK and an identity each), read its CPU time and RSS, run the
+// generator, read them again and ask the responder how many IKE SAs it holds.
+#include "apps/bench/ike_load/ike_load.hpp"
+
+#include "apps/bench/demo/gateway_process.hpp"
+#include "apps/bench/ike_load/generator.hpp"
+#include "apps/bench/lab/charon.hpp"
+#include "apps/bench/lab/cli.hpp"
+#include "apps/bench/lab/command.hpp"
+#include "apps/bench/lab/netns_pair.hpp"
+#include "apps/bench/lab/proc_stats.hpp"
+#include "apps/bench/lab/process.hpp"
+#include "apps/bench/lab/run_info.hpp"
+#include "apps/bench/lab/sa_keys.hpp"
+#include "apps/bench/lab/temp_dir.hpp"
+#include "service/json_io.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <unistd.h>
+
+namespace esptun::bench::ike_load {
+namespace {
+
+using namespace lab;
+using cli::UsageError;
+using service::Json;
+
+constexpr const char* kPrefix = "esptun-ikeload-";
+constexpr const char* kResponderAddr = "10.203.0.2";
+constexpr const char* kResponderId = "gw.load";
+constexpr unsigned kFirstSource = 10; // 10.203.0.10 upwards
+constexpr const char* kEspProposal = "aes128gcm16";
+
+/// Where the table goes: stdout, or stderr when the JSON goes to stdout.
+std::FILE* g_out = stdout;
+
+struct Options {
+	std::string command;
+	size_t clients = 0; // 0: 2000, or 300 with --quick
+	size_t concurrency = 64;
+	size_t strangers = 0;
+	unsigned sources = 64;
+	unsigned timeout_s = 20;
+	std::vector<std::string> responders{"esptun", "strongswan"};
+	std::vector<std::string> groups{"x25519", "ecp256"};
+	bool quick = false;
+	std::string json_file;
+	CLI::Option* json = nullptr;
+	std::string gateway;
+};
+
+/// One responder with N clients configured, running in namespace R.
+class Responder {
+public:
+	virtual ~Responder() = default;
+	virtual pid_t pid() const = 0;
+	/// established() - the IKE SAs the responder says it holds; @counters:
+	/// its IKE counters, where it has them (esptun's status "ike" "counters")
+	virtual size_t established(Json& counters) = 0;
+	/// stop() - stop it; "" when it went cleanly
+	virtual std::string stop() = 0;
+	/// log_end() - the end of its log, for errors
+	virtual std::string log_end() const = 0;
+};
+
+std::string ike_proposal(const std::string& group) { return "aes128gcm16-prfsha256-" + group; }
+
+std::string psk_hex(const SecretBytes& psk) { return hex0x(declassify(psk)); }
+
+// --- esptun-gateway ----------------------------------------------------------
+
+class EsptunResponder final : public Responder {
+public:
+	EsptunResponder(const std::string& netns, const std::string& binary, const TempDir& tmp,
+	                const LoadPlan& plan, const std::string& group)
+	    : gw_("R", netns, binary, write_config(tmp, plan, group), tmp.file("gateway.log"),
+	          tmp.file("gateway.sock")) {
+		const auto deadline = Clock::now() + Millis(60000);
+		while (!gw_.status()) {
+			gw_.check_alive();
+			if (Clock::now() > deadline)
+				throw std::runtime_error(
+				    "esptun-gateway did not answer status within 60 s: " +
+				    gw_.status_error());
+			sleep_for(Millis(100));
+		}
+	}
+	pid_t pid() const override { return gw_.pid(); }
+	size_t established(Json& counters) override {
+		std::optional<Json> st = gw_.status(Millis(30000));
+		if (!st) throw std::runtime_error("esptun-gateway status failed: " + gw_.status_error());
+		size_t n = 0;
+		if (const Json* c = service::json_at(*st, {"ike", "counters"})) counters = *c;
+		const Json* sas = service::json_at(*st, {"ike", "sas"});
+		if (sas && sas->is_array())
+			for (const Json& sa : *sas)
+				if (sa.value("state", "") == "established" &&
+				    !sa.value("children", Json::array()).empty())
+					n++;
+		return n;
+	}
+	std::string stop() override { return gw_.stop(); }
+	std::string log_end() const override { return gw_.log_tail(); }
+
+private:
+	static std::string write_config(const TempDir& tmp, const LoadPlan& plan, const std::string& group) {
+		std::ostringstream t;
+		t << "# esptun-bench ike-load: the responder (generated; keys are random per run)\n"
+		  << "[tunnel]\n"
+		  << "interface = \"ikl0\"\n"
+		  << "addresses = [\"10.63.0.1/24\"]\n"
+		  << "listen = \"" << kResponderAddr << ":4500\"\n"
+		  << "ike_port = 0\n"
+		  << "local_id = \"" << kResponderId << "\"\n"
+		  << "control_socket = \"" << tmp.file("gateway.sock") << "\"\n"
+		  << "state_dir = \"" << tmp.file("gateway.state") << "\"\n";
+		for (size_t i = 0; i < plan.known; i++)
+			t << "\n[[peer]]\nname = \"c" << i << "\"\nremote_id = \"" << client_id(i)
+			  << "\"\npsk = \"" << psk_hex(plan.psks[i]) << "\"\nallowed_ips = [\""
+			  << to_string(client_inner(i)) << "/32\"]\nike_proposals = [\""
+			  << ike_proposal(group) << "\"]\nesp_proposals = [\"" << kEspProposal << "\"]\n";
+		const std::string path = tmp.file("gateway-" + group + ".toml");
+		write_private_file(path, t.str());
+		return path;
+	}
+
+	demo::GatewayProcess gw_;
+};
+
+// --- strongSwan charon ---------------------------------------------------------
+
+class CharonResponder final : public Responder {
+public:
+	CharonResponder(const std::string& netns, const TempDir& tmp, const LoadPlan& plan,
+	                const std::string& group)
+	    : netns_(netns), scratch_(tmp.path()), files_(tmp.file("charon-" + group)),
+	      // kernel-libipsec routes each CHILD_SA through its TUN with a source
+	      // address from our traffic selector: one must be on an interface.
+	      address_(netns, "10.63.0.1/32") {
+		// strongSwan's defaults, except the IKE SA table: one bucket by
+		// default, which its documentation says to enlarge for many SAs.
+		// install_routes = no spares charon a route per CHILD_SA (esptun's
+		// routes to the clients' addresses are set up before the run).
+		child_ = start_charon(netns, files_,
+		                      charon_conf(files_,
+		                                  "install_routes = no\n"
+		                                  "ikesa_table_size = 4096\n"
+		                                  "ikesa_table_segments = 16",
+		                                  0));
+		std::ostringstream sw;
+		sw << "connections {\n  load {\n    version = 2\n    local_addrs = " << kResponderAddr
+		   << "\n    proposals = " << ike_proposal(group) << "\n    mobike = no\n"
+		   << "    local {\n      auth = psk\n      id = " << kResponderId << "\n    }\n"
+		   << "    remote {\n      auth = psk\n      id = %any\n    }\n"
+		   << "    children {\n      net {\n        mode = tunnel\n        local_ts = "
+		   << kResponderNet
+		   << "\n        remote_ts = 10.64.0.0/14\n        esp_proposals = " << kEspProposal
+		   << "\n        start_action = none\n      }\n    }\n  }\n}\nsecrets {\n";
+		for (size_t i = 0; i < plan.known; i++)
+			sw << "  ike-" << i << " {\n    id = " << client_id(i)
+			   << "\n    secret = " << psk_hex(plan.psks[i]) << "\n  }\n";
+		sw << "}\n";
+		write_private_file(files_.swanctl, sw.str());
+		load_swanctl(netns, files_, scratch_, Millis(120000));
+	}
+	pid_t pid() const override { return child_.pid(); }
+	size_t established(Json&) override {
+		const std::string out =
+		    run_in(netns_, {"swanctl", "--stats", "--uri", files_.uri()}, scratch_);
+		std::smatch m;
+		if (!std::regex_search(out, m, std::regex(R"(IKE_SAs: (\d+) total)")))
+			throw std::runtime_error("swanctl --stats printed no IKE_SAs line: " +
+			                         out.substr(0, 300));
+		return std::stoul(m[1].str());
+	}
+	std::string stop() override {
+		const int st = child_.stop(Millis(5000));
+		return exited_ok(st) ? ""
+		                     : "charon did not exit cleanly on SIGTERM (" + describe_status(st) + ")";
+	}
+	std::string log_end() const override {
+		std::ifstream in(files_.log);
+		std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+		return text.size() > 1500 ? text.substr(text.size() - 1500) : text;
+	}
+
+private:
+	/// An address on lo for as long as the responder runs.
+	struct LoAddress {
+		LoAddress(const std::string& ns, std::string prefix) : ns_(ns), prefix_(std::move(prefix)) {
+			run_command({"ip", "-n", ns_, "addr", "add", prefix_, "dev", "lo"});
+		}
+		~LoAddress() {
+			try {
+				run_command({"ip", "-n", ns_, "addr", "del", prefix_, "dev", "lo"}, false);
+			} catch (const std::exception&) {
+				// the namespace goes at the end of the run, and the address with it
+			}
+		}
+		std::string ns_, prefix_;
+	};
+
+	std::string netns_, scratch_;
+	CharonFiles files_;
+	LoAddress address_;
+	Child child_; // after address_: charon stops before the address goes
+};
+
+// --- one run -------------------------------------------------------------------
+
+struct Row {
+	std::string responder, version, group;
+	LoadResult load;
+	double cpu_s = 0;
+	uint64_t rss_before_kib = 0, rss_after_kib = 0;
+	size_t responder_sas = 0;
+	Json responder_counters = Json::object();
+	std::string error;
+
+	double rate() const { return load.seconds > 0 ? double(load.established) / load.seconds : 0; }
+	double cpu_ms_per_handshake() const {
+		return load.established ? 1000.0 * cpu_s / double(load.established) : 0;
+	}
+	double kib_per_client() const {
+		return load.established && rss_after_kib > rss_before_kib
+		           ? double(rss_after_kib - rss_before_kib) / double(load.established)
+		           : 0;
+	}
+};
+
+double percentile(std::vector<double> v, double p) {
+	if (v.empty()) return 0;
+	std::sort(v.begin(), v.end());
+	const size_t i = std::min(v.size() - 1, size_t(std::ceil(p * double(v.size()))) - (p > 0 ? 1 : 0));
+	return v[i];
+}
+
+Json row_json(const Row& r, size_t clients) {
+	Json j{{"responder", r.responder},
+	       {"version", r.version},
+	       {"group", r.group},
+	       {"ike_proposal", ike_proposal(r.group)},
+	       {"esp_proposal", kEspProposal},
+	       {"clients", clients},
+	       {"established", r.load.established},
+	       {"failed", r.load.failed},
+	       {"responder_ike_sas", r.responder_sas},
+	       {"seconds", service::json_round3(r.load.seconds)},
+	       {"handshakes_per_s", service::json_round3(r.rate())},
+	       {"setup_ms_p50", service::json_round3(percentile(r.load.setup_ms, 0.5))},
+	       {"setup_ms_p99", service::json_round3(percentile(r.load.setup_ms, 0.99))},
+	       {"responder_cpu_s", service::json_round3(r.cpu_s)},
+	       {"responder_cpu_ms_per_handshake", service::json_round3(r.cpu_ms_per_handshake())},
+	       {"responder_rss_before_kib", r.rss_before_kib},
+	       {"responder_rss_after_kib", r.rss_after_kib},
+	       {"responder_kib_per_client", service::json_round3(r.kib_per_client())},
+	       {"generator_cpu_s", service::json_round3(r.load.cpu_s)},
+	       {"datagrams_out", r.load.datagrams_out},
+	       {"datagrams_in", r.load.datagrams_in},
+	       {"failures", r.load.failures},
+	       {"responder_counters", r.responder_counters}};
+	if (!r.error.empty()) j["error"] = r.error;
+	return j;
+}
+
+void print_row(const Row& r) {
+	if (!r.error.empty()) {
+		std::fprintf(g_out, "  %-10s %-7s FAILED: %s\n", r.responder.c_str(), r.group.c_str(),
+		             r.error.c_str());
+		return;
+	}
+	std::fprintf(g_out, "  %-10s %-7s %6zu %5zu %7zu %9.0f %8.1f %8.1f %9.2f %8.1f %9.1f\n",
+	             r.responder.c_str(), r.group.c_str(), r.load.established, r.load.failed, r.responder_sas,
+	             r.rate(), percentile(r.load.setup_ms, 0.5), percentile(r.load.setup_ms, 0.99),
+	             r.cpu_ms_per_handshake(), double(r.rss_after_kib) / 1024, r.kib_per_client());
+	for (const std::string& f : r.load.failures)
+		std::fprintf(g_out, "      failed: %s\n", f.c_str());
+}
+
+/// measure() - one responder against the generator; errors go into the row
+void measure(Row& row, const std::function<std::unique_ptr<Responder>()>& make, const std::string& gen_ns,
+             const LoadPlan& plan) {
+	std::unique_ptr<Responder> resp;
+	try {
+		resp = make();
+		sleep_for(Millis(300)); // start-up work done before the first message
+		const std::vector<pid_t> pid{resp->pid()};
+		const double cpu0 = cpu_seconds(pid);
+		row.rss_before_kib = rss_kib(pid[0]);
+		const Millis limit =
+		    Millis(60000) + plan.client_timeout * (plan.clients() / plan.concurrency + 1);
+		row.load = result_from_json(run_collect(
+		    gen_ns, [&] { return to_json(run_load(plan)); }, limit));
+		row.cpu_s = cpu_seconds(pid) - cpu0;
+		row.rss_after_kib = rss_kib(pid[0]);
+		row.responder_sas = resp->established(row.responder_counters);
+		const std::string stopped = resp->stop();
+		if (!stopped.empty()) row.error = stopped;
+	} catch (const Interrupted&) {
+		throw;
+	} catch (const std::exception& e) {
+		row.error = e.what();
+		if (resp) row.error += "; the end of its log:\n" + resp->log_end();
+	}
+}
+
+int run(const Options& opt) {
+	if (int n = remove_stale_leftovers(kPrefix))
+		std::fprintf(g_out, "removed %d leftover(s) of an earlier ike-load run that was killed\n", n);
+	g_out = opt.json->count() && opt.json_file.empty() ? stderr : stdout;
+	const size_t clients = opt.clients ? opt.clients : opt.quick ? 300 : 2000;
+	const bool want_esptun =
+	    std::find(opt.responders.begin(), opt.responders.end(), "esptun") != opt.responders.end();
+	const bool want_charon =
+	    std::find(opt.responders.begin(), opt.responders.end(), "strongswan") != opt.responders.end();
+	const std::string gateway = want_esptun ? gateway_binary(opt.gateway) : "";
+	if (want_charon)
+		if (const std::string missing = charon_missing(); !missing.empty())
+			throw std::runtime_error("strongswan: " + missing);
+
+	const std::string run_id = std::to_string(getpid());
+	TempDir tmp("/tmp/" + std::string(kPrefix) + run_id + "-");
+	LoadPlan plan;
+	plan.responder = Endpoint{*parse_ip(kResponderAddr), 4500};
+	plan.responder_id = kResponderId;
+	plan.esp_proposal = kEspProposal;
+	plan.concurrency = opt.concurrency;
+	plan.client_timeout = std::chrono::seconds(opt.timeout_s);
+	for (size_t i = 0; i < clients; i++)
+		plan.psks.push_back(secret_copy(random_bytes(32)));
+	if (opt.strangers > clients) throw UsageError("--strangers is more than --clients");
+	plan.known = clients - opt.strangers;
+
+	const std::string esptun_version =
+	    want_esptun ? version_word({gateway, "--version"}, "esptun-gateway ", tmp.path()) : "";
+	const std::string charon_version =
+	    want_charon ? version_word({"swanctl", "--version"}, "strongSwan ", tmp.path()) : "";
+
+	std::fprintf(g_out,
+	             "esptun-bench ike-load%s: %zu clients, %zu of them unknown to the responders, %zu in "
+	             "flight, from %u addresses; %s\n",
+	             opt.quick ? " --quick" : "", clients, opt.strangers, opt.concurrency, opt.sources,
+	             host_text().c_str());
+	NetnsPair topo({std::string(kPrefix) + run_id + "-g", std::string(kPrefix) + run_id + "-r", "ikl-g",
+	                "ikl-r", "10.203.0.1", kResponderAddr});
+	for (unsigned k = 0; k < opt.sources; k++) {
+		const std::string a = "10.203.0." + std::to_string(kFirstSource + k);
+		run_command({"ip", "-n", topo.a(), "addr", "add", a + "/24", "dev", "ikl-g"});
+		plan.sources.push_back(*parse_ip(a));
+	}
+
+	std::fprintf(g_out, "  %-10s %-7s %6s %5s %7s %9s %8s %8s %9s %8s %9s\n", "responder", "group", "ok",
+	             "fail", "its SAs", "hs/s", "p50 ms", "p99 ms", "CPU ms/hs", "RSS MiB", "KiB/clnt");
+	std::vector<Row> rows;
+	for (const std::string& group : opt.groups) {
+		plan.ike_proposal = ike_proposal(group);
+		for (const std::string& name : opt.responders) {
+			Row& row = rows.emplace_back();
+			row.responder = name;
+			row.group = group;
+			if (name == "esptun") {
+				row.version = esptun_version;
+				measure(
+				    row,
+				    [&] {
+					    return std::make_unique<EsptunResponder>(topo.b(), gateway, tmp,
+					                                             plan, group);
+				    },
+				    topo.a(), plan);
+			} else {
+				row.version = charon_version;
+				measure(
+				    row,
+				    [&] {
+					    return std::make_unique<CharonResponder>(topo.b(), tmp, plan,
+					                                             group);
+				    },
+				    topo.a(), plan);
+			}
+			print_row(row);
+		}
+		// The ratios the issue's goals are stated in, when both ran.
+		const Row* e = nullptr;
+		const Row* s = nullptr;
+		for (const Row& r : rows)
+			if (r.group == group && r.error.empty()) (r.responder == "esptun" ? e : s) = &r;
+		if (e && s && s->rate() > 0 && e->cpu_ms_per_handshake() > 0)
+			std::fprintf(
+			    g_out,
+			    "  %s: esptun/strongSwan handshakes/s %.2fx, responder CPU per handshake %.2fx "
+			    "less, p99 setup %.1f vs %.1f ms\n",
+			    group.c_str(), e->rate() / s->rate(),
+			    s->cpu_ms_per_handshake() / e->cpu_ms_per_handshake(),
+			    percentile(e->load.setup_ms, 0.99), percentile(s->load.setup_ms, 0.99));
+	}
+
+	bool ok = true;
+	Json doc{{"command", opt.command}, {"started", utc_now()},       {"host", host_text()},
+	         {"clients", clients},     {"strangers", opt.strangers}, {"concurrency", opt.concurrency},
+	         {"sources", opt.sources}, {"rows", Json::array()}};
+	for (const Row& r : rows) {
+		doc["rows"].push_back(row_json(r, clients));
+		if (!r.error.empty() || r.load.established != clients || r.responder_sas != clients)
+			ok = false;
+	}
+	if (opt.json->count()) write_json(doc, opt.json_file);
+	return ok ? 0 : 1;
+}
+
+int run_ike_load(const CLI::App& verb, Options& opt) {
+	for (const std::string& r : opt.responders)
+		if (r != "esptun" && r != "strongswan")
+			return cli::report_usage_error(verb, "unknown responder \"" + r +
+			                                         "\" (esptun, strongswan)");
+	for (const std::string& g : opt.groups)
+		if (g != "x25519" && g != "ecp256")
+			return cli::report_usage_error(verb, "unknown group \"" + g + "\" (x25519, ecp256)");
+	if (geteuid() != 0) {
+		std::fprintf(stderr, "esptun-bench ike-load: needs root (network namespaces, tun devices)\n");
+		return 1;
+	}
+	install_stop_handlers();
+	try {
+		return run(opt);
+	} catch (const UsageError& e) {
+		return cli::report_usage_error(verb, e.what());
+	} catch (const Interrupted&) {
+		std::fprintf(stderr,
+		             "\nesptun-bench ike-load: interrupted; responders stopped, namespaces and "
+		             "temp files removed\n");
+		return 130;
+	} catch (const std::exception& e) {
+		std::fprintf(
+		    stderr,
+		    "esptun-bench ike-load: %s\n(responders stopped, namespaces and temp files removed)\n",
+		    e.what());
+		return 1;
+	}
+}
+
+} // namespace
+
+cli::Verb add_ike_load(CLI::App& bench, const std::string& command_line) {
+	auto opt = std::make_shared<Options>();
+	opt->command = command_line;
+	CLI::App* verb = cli::add_verb(
+	    bench, "ike-load", "IKEv2 handshakes per second against esptun-gateway and strongSwan (root)",
+	    "N IKEv2 clients (the project's own IKE engine, a PSK and an identity each)\n"
+	    "connect from up to 200 addresses of one namespace to a responder in another:\n"
+	    "IKE_SA_INIT, IKE_AUTH and the first CHILD_SA, --concurrency at a time. Each\n"
+	    "responder (esptun-gateway, strongSwan's charon with kernel-libipsec) is\n"
+	    "configured with the same N clients and proposals (aes128gcm16-prfsha256 with\n"
+	    "each --groups group; ESP aes128gcm16) and measured in turn: handshakes/s from\n"
+	    "the first start to the last CHILD_SA, p50/p99 setup time, failures, the\n"
+	    "responder's own count of IKE SAs, its CPU time per handshake and its RSS\n"
+	    "before and after (KiB per client). Exit status 1 unless every client of every\n"
+	    "responder got its CHILD_SA. Needs root.");
+	verb->add_flag("--quick", opt->quick, "300 clients (default 2000)");
+	verb->add_option("--clients", opt->clients, "clients per responder and group")
+	    ->type_name("N")
+	    ->check(cli::between(1, kMaxClients))
+	    ->default_str("2000");
+	verb->add_option("--strangers", opt->strangers,
+	                 "of the clients, this many are unknown to the responders (refused; exit 1)")
+	    ->type_name("N")
+	    ->check(cli::between(0, kMaxClients))
+	    ->default_str("0");
+	verb->add_option("--concurrency", opt->concurrency, "clients in flight at once")
+	    ->type_name("C")
+	    ->check(cli::between(1, 4096))
+	    ->default_str("64");
+	verb->add_option("--sources", opt->sources, "the generator's source addresses")
+	    ->type_name("S")
+	    ->check(cli::between(1, 200))
+	    ->default_str("64");
+	verb->add_option("--timeout", opt->timeout_s, "seconds a client may take before it counts as failed")
+	    ->type_name("S")
+	    ->check(cli::between(1, 600))
+	    ->default_str("20");
+	verb->add_option("--responders", opt->responders, "esptun, strongswan")
+	    ->type_name("a,b")
+	    ->delimiter(',')
+	    ->default_str("esptun,strongswan");
+	verb->add_option("--groups", opt->groups, "x25519, ecp256")
+	    ->type_name("a,b")
+	    ->delimiter(',')
+	    ->default_str("x25519,ecp256");
+	verb->add_option("--gateway", opt->gateway, "the esptun-gateway program")->type_name("PATH");
+	opt->json = add_json_option(*verb, opt->json_file);
+	return {verb, [verb, opt] { return run_ike_load(*verb, *opt); }};
+}
+
+} // namespace esptun::bench::ike_load

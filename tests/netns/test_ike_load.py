@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+# test_ike_load.py - `esptun-bench ike-load --quick`: a few hundred IKEv2
+# clients of the project's own engine connect to esptun-gateway and to
+# strongSwan's charon (an independent responder: its own count of IKE SAs
+# says the generator's handshakes are real), with X25519 and ECP-256. Every
+# client must get its CHILD_SA, each responder must count every one, the
+# figures must be there and consistent, and the run must leave nothing
+# behind. A second run against a gateway that knows only half the clients
+# must exit 1 and count the other half as failed: the tool can fail.
+#
+#   netns esptun-ikeload-PID-g                    netns esptun-ikeload-PID-r
+#   10.203.0.10 .. 10.203.0.(9+S) <---- veth ----> 10.203.0.2:4500
+#   (the generator: one socket per client)         esptun-gateway or charon
+"""esptun-bench ike-load --quick: every handshake completes against esptun-gateway and charon."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+
+import netns  # noqa: E402
+import report  # noqa: E402
+import strongswan  # noqa: E402
+from netns import TestError  # noqa: E402
+
+TIMEOUT = 600
+VERSION_RE = {"esptun": r"\d+\.\d+\.\d+", "strongswan": r"\d+\.\d+\.\d+"}
+
+
+def leftovers():
+    """leftovers() - ike-load's namespaces, temp folders and processes still present
+    (the tool's names: nothing else on the machine uses them)"""
+    nss = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    left = [n for n in nss if n.startswith("esptun-ikeload-")]
+    left += [d for d in os.listdir("/tmp") if d.startswith("esptun-ikeload-")]
+    out = netns.run(["pgrep", "-f", "/tmp/esptun-ikeload-"], check=False).stdout.split()
+    return left + [f"pid {p}" for p in out]
+
+
+def run_tool(bench, tmp, name, extra):
+    """run_tool() - one ike-load run; (exit status, stdout, the JSON document)"""
+    out = os.path.join(tmp, f"{name}.json")
+    cmd = [bench, "ike-load", "--quick", "--json", out, *extra]
+    print("+ " + " ".join(cmd), flush=True)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise TestError(f"esptun-bench ike-load did not finish within {TIMEOUT} s")
+    print(p.stdout, flush=True)
+    if p.stderr.strip():
+        print("stderr:\n" + p.stderr, flush=True)
+    doc = None
+    if os.path.exists(out):
+        with open(out) as f:
+            doc = json.load(f)
+    return p.returncode, p.stdout, doc
+
+
+def body(rep, build):
+    strongswan.require_tools()
+    bench = os.path.join(build, "esptun-bench")
+    if not os.access(bench, os.X_OK):
+        raise TestError(f"esptun-bench not found in {build}: build it first")
+    tmp = netns.make_tempdir("ike_load")
+
+    rep.section("ike-load --quick: esptun-gateway and strongSwan, X25519 and ECP-256")
+    rc, out, doc = run_tool(bench, tmp, "both", [])
+    rep.equal(rc, 0, "exit status")
+    m = re.search(r"(\d+) clients, 0 of them unknown to the responders, (\d+) in flight, from (\d+) addresses", out)
+    rep.require(m, "the tool names the clients, concurrency and addresses", out[:300])
+    rep.require(doc and isinstance(doc.get("rows"), list), "the JSON has rows", str(doc)[:300])
+    clients = doc["clients"]
+    rep.check(clients == int(m.group(1)) and clients >= 200,
+              f"{clients} clients per responder and group (--quick: a few hundred)")
+    rows = {(r["responder"], r["group"]): r for r in doc["rows"]}
+    rep.equal(sorted(rows), sorted((r, g) for r in ("esptun", "strongswan") for g in ("ecp256", "x25519")),
+              "one row per responder and group")
+    for (resp, group), r in sorted(rows.items()):
+        tag = f"[{resp} {group}]"
+        rep.check("error" not in r, f"{tag} ran without error", r.get("error", ""))
+        rep.check(re.fullmatch(VERSION_RE[resp], r["version"]), f"{tag} version {r['version']!r}")
+        rep.check(r["established"] == clients and r["failed"] == 0,
+                  f"{tag} every client got its CHILD_SA: {r['established']} of {clients}",
+                  f"failed {r['failed']}: {r['failures']}")
+        rep.check(r["responder_ike_sas"] == clients,
+                  f"{tag} the responder itself counts {r['responder_ike_sas']} IKE SAs")
+        rep.check(r["handshakes_per_s"] > 0 and r["seconds"] > 0,
+                  f"{tag} {r['handshakes_per_s']} handshakes/s over {r['seconds']} s")
+        rep.check(abs(r["handshakes_per_s"] * r["seconds"] - clients) <= 0.01 * clients + 1,
+                  f"{tag} the rate is the clients over the time")
+        rep.check(0 < r["setup_ms_p50"] <= r["setup_ms_p99"],
+                  f"{tag} setup p50 {r['setup_ms_p50']} <= p99 {r['setup_ms_p99']} ms")
+        rep.check(r["responder_cpu_s"] > 0 and r["responder_cpu_ms_per_handshake"] > 0,
+                  f"{tag} responder CPU {r['responder_cpu_s']} s, "
+                  f"{r['responder_cpu_ms_per_handshake']} ms per handshake")
+        rep.check(r["responder_rss_after_kib"] > 0 and r["responder_rss_before_kib"] > 0,
+                  f"{tag} responder RSS {r['responder_rss_before_kib']} -> "
+                  f"{r['responder_rss_after_kib']} KiB ({r['responder_kib_per_client']} KiB per client)")
+        # Each client sends at least IKE_SA_INIT and IKE_AUTH, and hears both answers.
+        rep.check(r["datagrams_out"] >= 2 * clients and r["datagrams_in"] >= 2 * clients,
+                  f"{tag} {r['datagrams_out']} datagrams out, {r['datagrams_in']} in")
+    for group in ("x25519", "ecp256"):
+        rep.check(re.search(rf"^  {group}: esptun/strongSwan handshakes/s [\d.]+x", out, re.M),
+                  f"the table states the ratio for {group}")
+    rep.check(not leftovers(), "nothing left behind by the first run", str(leftovers()))
+
+    rep.section("a failing run: 20 of 40 clients are strangers to the gateway")
+    rc, out, doc = run_tool(bench, tmp, "strangers", ["--responders", "esptun", "--groups", "x25519",
+                                                      "--clients", "40", "--strangers", "20",
+                                                      "--timeout", "3"])
+    rep.equal(rc, 1, "exit status when clients fail")
+    r = doc["rows"][0] if doc and doc.get("rows") else {}
+    rep.check(r.get("established") == 20 and r.get("failed") == 20,
+              f"20 established, 20 failed: {r.get('established')}, {r.get('failed')}")
+    rep.check(r.get("responder_ike_sas") == 20, f"the gateway counts 20 IKE SAs: {r.get('responder_ike_sas')}")
+    rep.check(r.get("failures") and all(f.startswith("c") for f in r["failures"]),
+              "the failures name the clients", str(r.get("failures")))
+
+    rep.check(not leftovers(), "nothing left behind by the second run", str(leftovers()))
+
+
+if __name__ == "__main__":
+    report.main("ike_load", body, tools=("ip", "pgrep"))
