@@ -107,6 +107,26 @@ def body(rep, build):
                   f"the table states the ratio for {group}")
     rep.check(not leftovers(), "nothing left behind by the first run", str(leftovers()))
 
+    rep.section("storm: each responder SIGKILLed and started again, every client reconnects at once")
+    rc, out, doc = run_tool(bench, tmp, "storm", ["--groups", "x25519", "--clients", "200", "--storm", "kill"])
+    rep.equal(rc, 0, "exit status")
+    rows = {r["responder"]: r for r in (doc or {}).get("rows", [])}
+    rep.equal(sorted(rows), ["esptun", "strongswan"], "one row per responder")
+    for resp, r in sorted(rows.items()):
+        s = r.get("storm") or {}
+        rep.check(r["established"] == 200 and r["responder_ike_sas"] == 200,
+                  f"[{resp}] 200 established before the restart, counted by it")
+        rep.check(s.get("clients") == 200 and s.get("established") == 200 and s.get("failed") == 0,
+                  f"[{resp}] all 200 back after the restart: {s.get('established')} in {s.get('seconds')} s",
+                  json.dumps(s)[:400])
+        rep.check(s.get("responder_ike_sas") == 200,
+                  f"[{resp}] the restarted responder counts {s.get('responder_ike_sas')} IKE SAs (a new "
+                  "process: nothing of the first run)")
+        rep.check(0 < s.get("setup_ms_p50", 0) <= s.get("setup_ms_p99", 0),
+                  f"[{resp}] storm setup p50 {s.get('setup_ms_p50')} <= p99 {s.get('setup_ms_p99')} ms")
+    rep.check(re.search(r"storm: all 200 reconnected at once", out), "the table has the storm's line")
+    rep.check(not leftovers(), "nothing left behind by the storm run", str(leftovers()))
+
     rep.section("a failing run: 20 of 40 clients are strangers to the gateway")
     rc, out, doc = run_tool(bench, tmp, "strangers", ["--responders", "esptun", "--groups", "x25519",
                                                       "--clients", "40", "--strangers", "20",

@@ -1,6 +1,7 @@
 // esptun-gateway as a child process of the demo.
 #include "apps/bench/demo/gateway_process.hpp"
 
+#include <csignal>
 #include <deque>
 #include <fcntl.h>
 #include <fstream>
@@ -56,6 +57,11 @@ std::string GatewayProcess::stop() {
 	int st = child_.stop(Millis(5000));
 	if (exited_ok(st)) return {};
 	return "gateway " + label_ + " did not exit cleanly on SIGTERM (" + describe_status(st) + ")";
+}
+
+void GatewayProcess::kill() noexcept {
+	if (child_.running()) ::kill(child_.pid(), SIGKILL);
+	child_.stop(Millis(5000));
 }
 
 std::string GatewayProcess::log_tail(size_t lines) const {

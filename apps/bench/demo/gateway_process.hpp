@@ -40,6 +40,9 @@ public:
 	 */
 	std::string stop();
 
+	/// kill() - SIGKILL, as a crash would end it (nothing cleaned up), and reap it
+	void kill() noexcept;
+
 	/// log_tail() - the last @lines lines of the gateway's log
 	std::string log_tail(size_t lines = 15) const;
 	/// status_error() - what the last failed `status` command printed on stderr

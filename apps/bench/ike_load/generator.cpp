@@ -18,10 +18,12 @@
 #include <memory>
 #include <netinet/in.h>
 #include <optional>
+#include <poll.h>
 #include <stdexcept>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 namespace esptun::bench::ike_load {
 namespace {
@@ -77,9 +79,21 @@ public:
 		pol.dpd_interval_s = 0; // nothing of our own after the handshake
 		pol.child_rekey_s = 0;
 		pol.ike_rekey_s = 0;
+		policy_ = pol;
 		std::vector<ike::PeerPolicy> peers;
 		peers.push_back(std::move(pol));
 		engine_ = std::make_unique<ike::Engine>(std::move(peers), *this);
+	}
+
+	/// restart() - forget the IKE SA (as a client does whose gateway went
+	/// away) and start a new one from the same socket
+	void restart(Clock::time_point now) {
+		engine_.reset();
+		done_at_.reset();
+		last_line_.clear();
+		std::vector<ike::PeerPolicy> peers{policy_};
+		engine_ = std::make_unique<ike::Engine>(std::move(peers), *this);
+		engine_->start(now);
 	}
 
 	int fd() const noexcept { return fd_.get(); }
@@ -123,6 +137,7 @@ private:
 	uint32_t next_spi_ = 0;
 	std::optional<Clock::time_point> done_at_;
 	std::string last_line_;
+	ike::PeerPolicy policy_;              // for restart()
 	std::unique_ptr<ike::Engine> engine_; // last: destroyed first, while its host still stands
 };
 
@@ -155,98 +170,175 @@ IpAddress client_inner(size_t i) {
 	return IpAddress::v4((uint32_t(10) << 24 | uint32_t(64) << 16) + uint32_t(i) + 1);
 }
 
-LoadResult run_load(const LoadPlan& plan) {
-	if (plan.clients() == 0 || plan.sources.empty() || plan.concurrency == 0)
-		throw std::invalid_argument("ike-load: nothing to run");
-	raise_fd_limit(plan.clients());
-	platform::UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
-	if (!ep) throw_errno("epoll_create1");
+namespace {
 
-	LoadResult r;
-	std::vector<std::unique_ptr<Client>> clients(plan.clients());
-	std::vector<size_t> flight; // indices of the clients in flight
-	size_t next = 0;
-	const double cpu0 = cpu_seconds_self();
-	Clock::time_point first_start{}, last_done{}, next_tick = Clock::now();
-	std::array<uint8_t, kMaxDatagram> buf;
+/// The clients and the loop that drives them, phase after phase.
+class Generator {
+public:
+	explicit Generator(const LoadPlan& plan) : plan_(plan), clients_(plan.clients()) {
+		raise_fd_limit(plan.clients());
+		ep_ = platform::UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+		if (!ep_) throw_errno("epoll_create1");
+	}
 
-	auto finish = [&](size_t pos, bool ok) {
-		Client& c = *clients[flight[pos]];
-		if (ok) {
-			r.established++;
-			r.setup_ms.push_back(ms_between(c.started, c.done_at()));
-			last_done = std::max(last_done, c.done_at());
-		} else {
-			r.failed++;
-			if (r.failures.size() < kFailuresKept)
-				r.failures.push_back(client_id(c.index()) + ": " +
-				                     (c.last_line().empty() ? "no answer" : c.last_line()));
-			r.datagrams_out += c.sent;
-			clients[c.index()].reset(); // its socket closes: nothing more arrives for it
+	/**
+	 * phase() - start the clients @todo (at most @concurrency in flight)
+	 * and drive them until each is established or has failed
+	 * @fresh: create each client (first phase); else the client restarts
+	 *         its engine on its own socket (a reconnection)
+	 */
+	LoadResult phase(const std::vector<size_t>& todo, size_t concurrency, bool fresh) {
+		LoadResult r;
+		flight_.clear();
+		size_t next = 0;
+		const double cpu0 = cpu_seconds_self();
+		const uint64_t in0 = datagrams_in_;
+		Clock::time_point first_start{}, last_done{}, next_tick = Clock::now();
+		while (r.established + r.failed < todo.size()) {
+			lab::throw_if_stopped();
+			while (flight_.size() < concurrency && next < todo.size()) {
+				const size_t i = todo[next];
+				if (fresh) {
+					auto c = std::make_unique<Client>(i, plan_);
+					epoll_event ev{};
+					ev.events = EPOLLIN;
+					ev.data.u64 = i;
+					if (::epoll_ctl(ep_.get(), EPOLL_CTL_ADD, c->fd(), &ev) < 0)
+						throw_errno("epoll_ctl");
+					clients_[i] = std::move(c);
+				}
+				Client& c = *clients_[i];
+				c.started = Clock::now();
+				if (next == 0) first_start = c.started;
+				if (fresh)
+					c.engine().start(c.started);
+				else
+					c.restart(c.started);
+				flight_.push_back(i);
+				next++;
+			}
+			poll_once();
+			const Clock::time_point now = Clock::now();
+			for (size_t pos = flight_.size(); pos-- > 0;) {
+				Client& c = *clients_[flight_[pos]];
+				if (c.done()) {
+					r.established++;
+					r.setup_ms.push_back(ms_between(c.started, c.done_at()));
+					last_done = std::max(last_done, c.done_at());
+				} else if (now - c.started > plan_.client_timeout) {
+					r.failed++;
+					if (r.failures.size() < kFailuresKept)
+						r.failures.push_back(
+						    client_id(c.index()) + ": " +
+						    (c.last_line().empty() ? "no answer" : c.last_line()));
+					sent_by_gone_ += c.sent;
+					clients_[c.index()]
+					    .reset(); // its socket closes: nothing more arrives for it
+				} else {
+					if (now >= next_tick) c.engine().tick(now);
+					continue;
+				}
+				flight_[pos] = flight_.back();
+				flight_.pop_back();
+			}
+			if (now >= next_tick) next_tick = now + kTick;
 		}
-		flight[pos] = flight.back();
-		flight.pop_back();
-	};
+		r.seconds =
+		    r.established ? std::chrono::duration<double>(last_done - first_start).count() : 0;
+		r.cpu_s = cpu_seconds_self() - cpu0;
+		r.datagrams_in = datagrams_in_ - in0;
+		r.datagrams_out = sent_total() - sent_before_;
+		sent_before_ = sent_total();
+		return r;
+	}
 
-	while (r.established + r.failed < plan.clients()) {
-		lab::throw_if_stopped();
-		while (flight.size() < plan.concurrency && next < plan.clients()) {
-			auto c = std::make_unique<Client>(next, plan);
-			epoll_event ev{};
-			ev.events = EPOLLIN;
-			ev.data.u64 = next;
-			if (::epoll_ctl(ep.get(), EPOLL_CTL_ADD, c->fd(), &ev) < 0) throw_errno("epoll_ctl");
-			c->started = Clock::now();
-			if (next == 0) first_start = c->started;
-			c->engine().start(c->started);
-			clients[next] = std::move(c);
-			flight.push_back(next++);
-		}
+	/// The clients that are established now.
+	std::vector<size_t> established() const {
+		std::vector<size_t> out;
+		for (size_t i = 0; i < clients_.size(); i++)
+			if (clients_[i] && clients_[i]->done()) out.push_back(i);
+		return out;
+	}
+
+	/// poll_once() - one epoll wait: what arrived goes to the clients' engines
+	void poll_once(std::chrono::milliseconds wait = kTick) {
 		std::array<epoll_event, 64> evs;
-		const int n = ::epoll_wait(ep.get(), evs.data(), int(evs.size()), int(kTick.count()));
+		const int n = ::epoll_wait(ep_.get(), evs.data(), int(evs.size()), int(wait.count()));
 		if (n < 0 && errno != EINTR) throw_errno("epoll_wait");
 		for (int e = 0; e < n; e++) {
-			Client* c = clients[size_t(evs[size_t(e)].data.u64)].get();
+			Client* c = clients_[size_t(evs[size_t(e)].data.u64)].get();
 			if (!c) continue;
 			for (size_t k = 0; k < kReadsPerWakeup; k++) {
 				sockaddr_storage ss{};
 				socklen_t len = sizeof ss;
-				const ssize_t got = ::recvfrom(c->fd(), buf.data(), buf.size(), MSG_TRUNC,
+				const ssize_t got = ::recvfrom(c->fd(), buf_.data(), buf_.size(), MSG_TRUNC,
 				                               reinterpret_cast<sockaddr*>(&ss), &len);
 				if (got < 0) break;
-				r.datagrams_in++;
+				datagrams_in_++;
 				std::optional<Endpoint> from = platform::from_sockaddr(ss, len);
 				// IKE carries the zero marker; anything else (keepalives, ESP) is not ours to
 				// read.
-				if (!from || got <= ssize_t(kMarkerLen) || size_t(got) > buf.size() ||
-				    std::any_of(buf.begin(), buf.begin() + kMarkerLen,
+				if (!from || got <= ssize_t(kMarkerLen) || size_t(got) > buf_.size() ||
+				    std::any_of(buf_.begin(), buf_.begin() + kMarkerLen,
 				                [](uint8_t b) { return b; }))
 					continue;
 				c->engine().receive(ike::Port::natt, *from,
-				                    std::span<const uint8_t>(buf.data() + kMarkerLen,
+				                    std::span<const uint8_t>(buf_.data() + kMarkerLen,
 				                                             size_t(got) - kMarkerLen),
 				                    Clock::now());
 			}
 		}
-		const Clock::time_point now = Clock::now();
-		for (size_t pos = flight.size(); pos-- > 0;) {
-			Client& c = *clients[flight[pos]];
-			if (c.done()) {
-				finish(pos, true);
-				continue;
-			}
-			if (now - c.started > plan.client_timeout) {
-				finish(pos, false);
-				continue;
-			}
-			if (now >= next_tick) c.engine().tick(now);
-		}
-		if (now >= next_tick) next_tick = now + kTick;
 	}
-	for (const auto& c : clients)
-		if (c) r.datagrams_out += c->sent;
-	r.seconds = r.established ? std::chrono::duration<double>(last_done - first_start).count() : 0;
-	r.cpu_s = cpu_seconds_self() - cpu0;
+
+private:
+	uint64_t sent_total() const {
+		uint64_t n = sent_by_gone_;
+		for (const auto& c : clients_)
+			if (c) n += c->sent;
+		return n;
+	}
+
+	const LoadPlan& plan_;
+	platform::UniqueFd ep_;
+	std::vector<std::unique_ptr<Client>> clients_;
+	std::vector<size_t> flight_;
+	uint64_t datagrams_in_ = 0, sent_by_gone_ = 0, sent_before_ = 0;
+	std::array<uint8_t, kMaxDatagram> buf_;
+};
+
+/// wait_byte() - read one byte from @fd, answering the clients meanwhile
+/// (a responder may still talk to them); throws when @fd closes
+void wait_byte(int fd, Generator& g) {
+	for (;;) {
+		lab::throw_if_stopped();
+		pollfd p{fd, POLLIN, 0};
+		if (::poll(&p, 1, 0) > 0) {
+			char b = 0;
+			if (::read(fd, &b, 1) == 1) return;
+			throw std::runtime_error("ike-load: the bench went away during the storm");
+		}
+		g.poll_once(std::chrono::milliseconds(20));
+	}
+}
+
+} // namespace
+
+LoadResult run_load(const LoadPlan& plan) {
+	if (plan.clients() == 0 || plan.sources.empty() || plan.concurrency == 0)
+		throw std::invalid_argument("ike-load: nothing to run");
+	std::vector<size_t> all(plan.clients());
+	for (size_t i = 0; i < all.size(); i++)
+		all[i] = i;
+	Generator g(plan);
+	LoadResult r = g.phase(all, plan.concurrency, true);
+	if (plan.storm_ready_fd < 0) return r;
+	// The storm: tell the bench, which restarts the responder, and when it
+	// says go, every established client starts over at once.
+	const char one = 1;
+	if (::write(plan.storm_ready_fd, &one, 1) != 1) throw_errno("ike-load: storm pipe");
+	wait_byte(plan.storm_go_fd, g);
+	const std::vector<size_t> back = g.established();
+	r.storm = std::make_shared<LoadResult>(g.phase(back, back.size(), false));
 	return r;
 }
 
@@ -260,6 +352,7 @@ std::string to_json(const LoadResult& r) {
 	j["cpu_s"] = r.cpu_s;
 	j["datagrams_in"] = r.datagrams_in;
 	j["datagrams_out"] = r.datagrams_out;
+	if (r.storm) j["storm"] = service::parse_json(to_json(*r.storm));
 	return j.dump();
 }
 
@@ -274,6 +367,8 @@ LoadResult result_from_json(const std::string& text) {
 	r.cpu_s = j.at("cpu_s").get<double>();
 	r.datagrams_in = j.at("datagrams_in").get<uint64_t>();
 	r.datagrams_out = j.at("datagrams_out").get<uint64_t>();
+	if (j.contains("storm"))
+		r.storm = std::make_shared<LoadResult>(result_from_json(j.at("storm").dump()));
 	return r;
 }
 

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,11 @@ struct LoadPlan {
 	size_t known = 0;
 	size_t concurrency = 64; ///< clients in flight at once
 	std::chrono::milliseconds client_timeout{20000};
+	/// The storm (both set): once every client is through, run_load()
+	/// writes a byte to storm_ready_fd and waits for one on storm_go_fd
+	/// (the bench restarts the responder meanwhile); then every
+	/// established client starts a new IKE SA at the same moment.
+	int storm_ready_fd = -1, storm_go_fd = -1;
 	size_t clients() const noexcept { return psks.size(); }
 };
 
@@ -51,6 +57,8 @@ struct LoadResult {
 	std::vector<std::string> failures; ///< the first few: identity and the engine's last line
 	double cpu_s = 0;                  ///< the generator's own CPU time
 	uint64_t datagrams_in = 0, datagrams_out = 0;
+	/// The storm's reconnections, when the plan asked for one.
+	std::shared_ptr<LoadResult> storm;
 };
 
 /// run_load() - run @plan from the current namespace; throws on set-up

@@ -23,12 +23,16 @@
 #include "service/json_io.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <poll.h>
 #include <regex>
 #include <sstream>
 #include <unistd.h>
@@ -59,6 +63,7 @@ struct Options {
 	std::vector<std::string> responders{"esptun", "strongswan"};
 	std::vector<std::string> groups{"x25519", "ecp256"};
 	bool quick = false;
+	std::string storm; ///< "", "kill" or "stop"
 	std::string json_file;
 	CLI::Option* json = nullptr;
 	std::string gateway;
@@ -74,6 +79,8 @@ public:
 	virtual size_t established(Json& counters) = 0;
 	/// stop() - stop it; "" when it went cleanly
 	virtual std::string stop() = 0;
+	/// kill() - SIGKILL it, as a crash would
+	virtual void kill() = 0;
 	/// log_end() - the end of its log, for errors
 	virtual std::string log_end() const = 0;
 };
@@ -115,6 +122,7 @@ public:
 		return n;
 	}
 	std::string stop() override { return gw_.stop(); }
+	void kill() override { gw_.kill(); }
 	std::string log_end() const override { return gw_.log_tail(); }
 
 private:
@@ -135,6 +143,8 @@ private:
 			  << to_string(client_inner(i)) << "/32\"]\nike_proposals = [\""
 			  << ike_proposal(group) << "\"]\nesp_proposals = [\"" << kEspProposal << "\"]\n";
 		const std::string path = tmp.file("gateway-" + group + ".toml");
+		std::error_code ec;
+		std::filesystem::remove(path, ec); // a restart writes it again
 		write_private_file(path, t.str());
 		return path;
 	}
@@ -175,6 +185,8 @@ public:
 			sw << "  ike-" << i << " {\n    id = " << client_id(i)
 			   << "\n    secret = " << psk_hex(plan.psks[i]) << "\n  }\n";
 		sw << "}\n";
+		std::error_code ec;
+		std::filesystem::remove(files_.swanctl, ec); // a restart writes it again
 		write_private_file(files_.swanctl, sw.str());
 		load_swanctl(netns, files_, scratch_, Millis(120000));
 	}
@@ -192,6 +204,15 @@ public:
 		const int st = child_.stop(Millis(5000));
 		return exited_ok(st) ? ""
 		                     : "charon did not exit cleanly on SIGTERM (" + describe_status(st) + ")";
+	}
+	void kill() override {
+		if (child_.running()) ::kill(child_.pid(), SIGKILL);
+		child_.stop(Millis(5000));
+		// What a killed charon leaves: its VICI socket (the next one's
+		// readiness is that file appearing) and its PID file.
+		std::error_code ec;
+		std::filesystem::remove(files_.vici, ec);
+		std::filesystem::remove(files_.dir + "/run/charon.pid", ec);
 	}
 	std::string log_end() const override {
 		std::ifstream in(files_.log);
@@ -230,6 +251,9 @@ struct Row {
 	uint64_t rss_before_kib = 0, rss_after_kib = 0;
 	size_t responder_sas = 0;
 	Json responder_counters = Json::object();
+	/// The storm: the restarted responder's CPU and own count of IKE SAs.
+	double storm_cpu_s = 0;
+	size_t storm_sas = 0;
 	std::string error;
 
 	double rate() const { return load.seconds > 0 ? double(load.established) / load.seconds : 0; }
@@ -274,6 +298,21 @@ Json row_json(const Row& r, size_t clients) {
 	       {"datagrams_in", r.load.datagrams_in},
 	       {"failures", r.load.failures},
 	       {"responder_counters", r.responder_counters}};
+	if (const LoadResult* s = r.load.storm.get()) {
+		const double rate = s->seconds > 0 ? double(s->established) / s->seconds : 0;
+		j["storm"] = Json{{"clients", s->established + s->failed},
+		                  {"established", s->established},
+		                  {"failed", s->failed},
+		                  {"responder_ike_sas", r.storm_sas},
+		                  {"seconds", service::json_round3(s->seconds)},
+		                  {"handshakes_per_s", service::json_round3(rate)},
+		                  {"setup_ms_p50", service::json_round3(percentile(s->setup_ms, 0.5))},
+		                  {"setup_ms_p99", service::json_round3(percentile(s->setup_ms, 0.99))},
+		                  {"responder_cpu_s", service::json_round3(r.storm_cpu_s)},
+		                  {"datagrams_out", s->datagrams_out},
+		                  {"datagrams_in", s->datagrams_in},
+		                  {"failures", s->failures}};
+	}
 	if (!r.error.empty()) j["error"] = r.error;
 	return j;
 }
@@ -290,11 +329,82 @@ void print_row(const Row& r) {
 	             r.cpu_ms_per_handshake(), double(r.rss_after_kib) / 1024, r.kib_per_client());
 	for (const std::string& f : r.load.failures)
 		std::fprintf(g_out, "      failed: %s\n", f.c_str());
+	if (const LoadResult* s = r.load.storm.get()) {
+		std::fprintf(
+		    g_out,
+		    "      storm: all %zu reconnected at once to the restarted responder: %zu back in "
+		    "%.1f s (p50 %.0f ms, p99 %.0f ms), %zu failed, it counts %zu; its CPU %.2f s\n",
+		    s->established + s->failed, s->established, s->seconds, percentile(s->setup_ms, 0.5),
+		    percentile(s->setup_ms, 0.99), s->failed, r.storm_sas, r.storm_cpu_s);
+		for (const std::string& f : s->failures)
+			std::fprintf(g_out, "      storm failed: %s\n", f.c_str());
+	}
 }
 
-/// measure() - one responder against the generator; errors go into the row
+/// write_all() - all of @text to @fd; false on an error
+bool write_all(int fd, const std::string& text) {
+	size_t done = 0;
+	while (done < text.size()) {
+		const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+		if (n < 0 && errno == EINTR) continue;
+		if (n <= 0) return false;
+		done += size_t(n);
+	}
+	return true;
+}
+
+/**
+ * run_generator() - the generator in @gen_ns until it is done
+ * @between: when set, a storm: run once every client is through; the
+ *           clients reconnect all at once when it returns
+ * Throws when the generator fails or runs past @limit.
+ */
+LoadResult run_generator(const std::string& gen_ns, LoadPlan plan, Millis limit,
+                         const std::function<void()>& between) {
+	Pipe res = Pipe::make(), ready = Pipe::make(), go = Pipe::make();
+	Child c = fork_in_netns(gen_ns, [&] {
+		res.read_end.reset();
+		ready.read_end.reset();
+		go.write_end.reset();
+		if (between) {
+			plan.storm_ready_fd = ready.write_end.get();
+			plan.storm_go_fd = go.read_end.get();
+		}
+		return write_all(res.write_end.get(), to_json(run_load(plan))) ? 0 : 1;
+	});
+	res.write_end.reset();
+	ready.write_end.reset();
+	go.read_end.reset();
+	const auto deadline = Clock::now() + limit;
+	if (between) {
+		// One byte when the clients are through; EOF when the generator failed.
+		for (;;) {
+			throw_if_stopped();
+			if (Clock::now() > deadline)
+				throw std::runtime_error("the generator ran past its time");
+			pollfd p{ready.read_end.get(), POLLIN, 0};
+			if (::poll(&p, 1, 100) <= 0) continue;
+			char b = 0;
+			if (::read(ready.read_end.get(), &b, 1) == 1) between();
+			break;
+		}
+		if (!write_all(go.write_end.get(), std::string(1, '\1')))
+			throw std::runtime_error("the generator went away before the storm");
+	}
+	const std::string out = read_all(res.read_end.get(), deadline + Millis(60000));
+	const int st = c.wait(Millis(10000));
+	if (!exited_ok(st)) throw std::runtime_error("the generator failed (" + describe_status(st) + ")");
+	return result_from_json(out);
+}
+
+/**
+ * measure() - one responder against the generator; errors go into the row
+ * @storm: "kill" or "stop": once every client is through, the responder is
+ *         SIGKILLed or stopped, started again, and every client reconnects
+ *         at once; "" for none
+ */
 void measure(Row& row, const std::function<std::unique_ptr<Responder>()>& make, const std::string& gen_ns,
-             const LoadPlan& plan) {
+             const LoadPlan& plan, const std::string& storm) {
 	std::unique_ptr<Responder> resp;
 	try {
 		resp = make();
@@ -302,15 +412,36 @@ void measure(Row& row, const std::function<std::unique_ptr<Responder>()>& make, 
 		const std::vector<pid_t> pid{resp->pid()};
 		const double cpu0 = cpu_seconds(pid);
 		row.rss_before_kib = rss_kib(pid[0]);
+		auto after_load = [&] {
+			row.cpu_s = cpu_seconds(pid) - cpu0;
+			row.rss_after_kib = rss_kib(pid[0]);
+			row.responder_sas = resp->established(row.responder_counters);
+		};
+		std::function<void()> between;
+		if (!storm.empty())
+			between = [&] {
+				after_load();
+				if (storm == "kill") {
+					resp->kill();
+				} else if (const std::string stopped = resp->stop(); !stopped.empty()) {
+					row.error = stopped;
+				}
+				resp.reset();
+				resp = make();
+			};
 		const Millis limit =
-		    Millis(60000) + plan.client_timeout * (plan.clients() / plan.concurrency + 1);
-		row.load = result_from_json(run_collect(
-		    gen_ns, [&] { return to_json(run_load(plan)); }, limit));
-		row.cpu_s = cpu_seconds(pid) - cpu0;
-		row.rss_after_kib = rss_kib(pid[0]);
-		row.responder_sas = resp->established(row.responder_counters);
+		    Millis(60000) + plan.client_timeout * (plan.clients() / plan.concurrency + 2);
+		row.load = run_generator(gen_ns, plan, limit, between);
+		if (storm.empty()) {
+			after_load();
+		} else {
+			// Its CPU from its start: the storm is all it did.
+			row.storm_cpu_s = cpu_seconds({resp->pid()});
+			Json counters;
+			row.storm_sas = resp->established(counters);
+		}
 		const std::string stopped = resp->stop();
-		if (!stopped.empty()) row.error = stopped;
+		if (!stopped.empty() && row.error.empty()) row.error = stopped;
 	} catch (const Interrupted&) {
 		throw;
 	} catch (const std::exception& e) {
@@ -381,7 +512,7 @@ int run(const Options& opt) {
 					    return std::make_unique<EsptunResponder>(topo.b(), gateway, tmp,
 					                                             plan, group);
 				    },
-				    topo.a(), plan);
+				    topo.a(), plan, opt.storm);
 			} else {
 				row.version = charon_version;
 				measure(
@@ -390,7 +521,7 @@ int run(const Options& opt) {
 					    return std::make_unique<CharonResponder>(topo.b(), tmp, plan,
 					                                             group);
 				    },
-				    topo.a(), plan);
+				    topo.a(), plan, opt.storm);
 			}
 			print_row(row);
 		}
@@ -416,6 +547,9 @@ int run(const Options& opt) {
 	for (const Row& r : rows) {
 		doc["rows"].push_back(row_json(r, clients));
 		if (!r.error.empty() || r.load.established != clients || r.responder_sas != clients)
+			ok = false;
+		if (!opt.storm.empty() &&
+		    (!r.load.storm || r.load.storm->failed || r.storm_sas != r.load.storm->established))
 			ok = false;
 	}
 	if (opt.json->count()) write_json(doc, opt.json_file);
@@ -468,8 +602,10 @@ cli::Verb add_ike_load(CLI::App& bench, const std::string& command_line) {
 	    "each --groups group; ESP aes128gcm16) and measured in turn: handshakes/s from\n"
 	    "the first start to the last CHILD_SA, p50/p99 setup time, failures, the\n"
 	    "responder's own count of IKE SAs, its CPU time per handshake and its RSS\n"
-	    "before and after (KiB per client). Exit status 1 unless every client of every\n"
-	    "responder got its CHILD_SA. Needs root.");
+	    "before and after (KiB per client). --storm: then the responder is SIGKILLed\n"
+	    "or stopped and started again, and every client reconnects at once. Exit\n"
+	    "status 1 unless every client of every responder got its CHILD_SA (and came\n"
+	    "back). Needs root.");
 	verb->add_flag("--quick", opt->quick, "300 clients (default 2000)");
 	verb->add_option("--clients", opt->clients, "clients per responder and group")
 	    ->type_name("N")
@@ -500,6 +636,11 @@ cli::Verb add_ike_load(CLI::App& bench, const std::string& command_line) {
 	    ->type_name("a,b")
 	    ->delimiter(',')
 	    ->default_str("x25519,ecp256");
+	verb->add_option("--storm", opt->storm,
+	                 "once all are through, SIGKILL (kill) or stop (stop) the responder, start it "
+	                 "again and reconnect every client at once")
+	    ->type_name("kill|stop")
+	    ->check(CLI::IsMember({"kill", "stop"}));
 	verb->add_option("--gateway", opt->gateway, "the esptun-gateway program")->type_name("PATH");
 	opt->json = add_json_option(*verb, opt->json_file);
 	return {verb, [verb, opt] { return run_ike_load(*verb, *opt); }};

@@ -62,6 +62,8 @@ std::string charon_conf(const CharonFiles& files, const std::string& settings, i
 Child start_charon(const std::string& netns, const CharonFiles& files, const std::string& conf,
                    Millis timeout) {
 	std::filesystem::create_directories(files.dir + "/run");
+	std::error_code ec;
+	std::filesystem::remove(files.conf, ec); // a restart writes it again
 	write_private_file(files.conf, conf);
 	const std::string run_dir = files.dir + "/run";
 	Child c = fork_in_netns(netns, [&]() -> int {
