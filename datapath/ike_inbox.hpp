@@ -36,21 +36,27 @@ namespace esptun::datapath {
 
 class IkeInbox {
 public:
-	/// Slots per lane (known, stranger) and in all. Sized for clients that
-	/// start together (a restart brings every client back at once): 256
-	/// IKE_SA_INIT are about 50 ms of the control thread's work here
-	/// (esptun-bench ike-load: 0.2 ms each), far below an initiator's first
-	/// retransmission (1 s or more), so a burst waits instead of being
-	/// dropped and sent again; beyond that, dropping is the cheaper answer.
-	/// With 32 slots, half of a 64-client burst was dropped.
-	static constexpr size_t kPrioritySlots = 128;
-	static constexpr size_t kStrangerSlots = 256;
+	/// Messages per lane (known, stranger) and in all, and the bytes each
+	/// lane keeps them in. Sized for every client coming back at once after
+	/// a restart (esptun-bench ike-load --storm): the control thread takes
+	/// about 0.2-0.3 ms per message, so 4,096 strangers are about a second
+	/// of its work, about an initiator's first retransmission timeout.
+	/// Whatever the lane holds is worked off between the clients' waves of
+	/// retransmissions; what it drops waits for the next wave. With 256
+	/// slots a 10,000-client storm kept the gateway 90% idle while it
+	/// dropped 4 of every 5 messages, and a third of the clients were not
+	/// back after 20 s. An IKE_SA_INIT takes 300-600 bytes, so the bytes
+	/// are a byte ring (untouched until used), not kMaxMessage per message.
+	static constexpr size_t kPrioritySlots = 2048;
+	static constexpr size_t kStrangerSlots = 4096;
 	static constexpr size_t kSlots = kPrioritySlots + kStrangerSlots;
-	/// What one source address may hold at once in each lane. A peer has at
-	/// most a few requests and answers in flight (RFC 7296 section 2.3 window
-	/// of 1 by default), so 8 is room for several SAs behind one NAT address.
-	static constexpr size_t kPerSourceKnown = 8;
-	static constexpr size_t kPerSourceStranger = 4;
+	static constexpr size_t kPriorityBytes = size_t(1) << 20;
+	static constexpr size_t kStrangerBytes = size_t(2) << 20;
+	/// What one source address may hold at once in each lane: 1/64 of the
+	/// stranger lane, so it takes 64 sources to fill it, while many clients
+	/// behind one (carrier-grade) NAT address still wait rather than drop.
+	static constexpr size_t kPerSourceKnown = 64;
+	static constexpr size_t kPerSourceStranger = 64;
 	/// Messages handed over per drain() call: an IKE_SA_INIT costs a DH
 	/// computation (a millisecond or less), so a batch stays well below the
 	/// control loop's 100 ms timers.
@@ -110,12 +116,11 @@ public:
 				Lane* lane = i < from_known && known_.count ? &known_ : &stranger_;
 				if (lane->count == 0) lane = &known_;
 				if (lane->count == 0) return false;
-				const Slot& s = lane->slots[lane->head];
-				len = s.len;
-				from = s.from;
-				std::copy_n(lane->data(lane->head), len, scratch_.begin());
-				lane->head = (lane->head + 1) % lane->slots.size();
-				lane->count--;
+				const Lane::Entry& e = lane->entries[lane->head];
+				len = e.len;
+				from = e.from;
+				std::copy_n(lane->bytes.get() + e.off, len, scratch_.begin());
+				lane->pop();
 			}
 			fn(std::span<const uint8_t>(scratch_.data(), len), from);
 		}
@@ -138,26 +143,61 @@ public:
 	uint64_t too_short() const noexcept { return too_short_.get(); }
 
 private:
-	struct Slot {
-		size_t len = 0;
-		Endpoint from;
+	/**
+	 * SourceCounts - queued messages per source address: a fixed table,
+	 * open addressing with linear probing, twice as many buckets as the
+	 * lane holds messages (so never full); nothing allocated per message.
+	 */
+	class SourceCounts {
+	public:
+		explicit SourceCounts(size_t max_keys);
+		size_t get(const IpAddress& a) const noexcept;
+		void add(const IpAddress& a) noexcept;
+		/// remove() - one less from @a (which must have one)
+		void remove(const IpAddress& a) noexcept;
+
+	private:
+		struct Bucket {
+			IpAddress addr;
+			uint32_t count = 0; ///< 0: empty
+		};
+		size_t home(const IpAddress& a) const noexcept;
+		size_t
+		find(const IpAddress& a) const noexcept; ///< its bucket, or the empty one it would take
+		std::vector<Bucket> t_;
+		size_t mask_;
 	};
-	/// A ring of slots: what each holds, and its bytes in one block of
-	/// kMaxMessage per slot, allocated but not written until used (so a
-	/// gateway that never sees a burst never has those pages resident).
+
+	/**
+	 * Lane - the messages of one lane in arrival order: a ring of entries
+	 * and a ring of bytes (allocated, not written until used, so a gateway
+	 * that never sees a burst never has those pages resident). A message's
+	 * bytes are contiguous: one that does not fit before the end of the
+	 * byte ring goes to its start when the oldest has moved on far enough.
+	 */
 	struct Lane {
-		explicit Lane(size_t n) : slots(n), bytes(new uint8_t[n * kMaxMessage]) {}
-		std::vector<Slot> slots;
+		Lane(size_t max_entries, size_t max_bytes);
+		struct Entry {
+			uint32_t off = 0, len = 0;
+			Endpoint from;
+		};
+		/// place() - room for @len bytes: their offset, or false when full
+		bool place(size_t len, uint32_t& off) noexcept;
+		/// pop() - forget the oldest message
+		void pop() noexcept;
+		std::vector<Entry> entries;
 		std::unique_ptr<uint8_t[]> bytes;
-		size_t head = 0, count = 0;
-		uint8_t* data(size_t slot) noexcept { return bytes.get() + slot * kMaxMessage; }
-		/// Queued messages from @a (a scan of the queued ones only).
-		size_t held_by(const IpAddress& a) const noexcept;
+		size_t cap;                 ///< bytes
+		size_t head = 0, count = 0; ///< the oldest entry, and how many
+		size_t rd = 0, wr = 0;      ///< the oldest message's bytes; where the next goes
+		size_t end = 0;             ///< wrapped: where the bytes at the end stop
+		bool wrapped = false;       ///< the newest are at the start, the oldest at the end
+		SourceCounts sources;
 	};
 	bool known(uint64_t spi) const noexcept;
 
 	std::mutex mu_;
-	Lane known_{kPrioritySlots}, stranger_{kStrangerSlots};
+	Lane known_{kPrioritySlots, kPriorityBytes}, stranger_{kStrangerSlots, kStrangerBytes};
 	std::vector<uint64_t> spis_; ///< sorted
 	std::array<uint8_t, kMaxMessage> scratch_{};
 	platform::UniqueFd efd_;

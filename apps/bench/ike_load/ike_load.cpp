@@ -254,6 +254,7 @@ struct Row {
 	/// The storm: the restarted responder's CPU and own count of IKE SAs.
 	double storm_cpu_s = 0;
 	size_t storm_sas = 0;
+	Json storm_counters = Json::object();
 	std::string error;
 
 	double rate() const { return load.seconds > 0 ? double(load.established) / load.seconds : 0; }
@@ -311,7 +312,8 @@ Json row_json(const Row& r, size_t clients) {
 		                  {"responder_cpu_s", service::json_round3(r.storm_cpu_s)},
 		                  {"datagrams_out", s->datagrams_out},
 		                  {"datagrams_in", s->datagrams_in},
-		                  {"failures", s->failures}};
+		                  {"failures", s->failures},
+		                  {"responder_counters", r.storm_counters}};
 	}
 	if (!r.error.empty()) j["error"] = r.error;
 	return j;
@@ -437,8 +439,7 @@ void measure(Row& row, const std::function<std::unique_ptr<Responder>()>& make, 
 		} else {
 			// Its CPU from its start: the storm is all it did.
 			row.storm_cpu_s = cpu_seconds({resp->pid()});
-			Json counters;
-			row.storm_sas = resp->established(counters);
+			row.storm_sas = resp->established(row.storm_counters);
 		}
 		const std::string stopped = resp->stop();
 		if (!stopped.empty() && row.error.empty()) row.error = stopped;

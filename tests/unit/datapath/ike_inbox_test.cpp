@@ -9,7 +9,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <doctest/doctest.h>
+#include <map>
+#include <random>
+#include <string>
 #include <vector>
 
 using namespace esptun;
@@ -182,4 +186,111 @@ TEST_CASE("a message too short for an IKE header or too big is dropped and count
 	CHECK_FALSE(inbox.push(shortm, source(1)));
 	CHECK(inbox.too_short() == 1);
 	CHECK_FALSE(test::wait_readable(inbox.fd(), 0));
+}
+
+namespace {
+
+/// An IKE-looking message of @len bytes (at least the header) whose bytes
+/// after the header follow from @tag, so a drained copy can be checked.
+std::vector<uint8_t> sized_message(uint64_t spi_i, uint64_t spi_r, uint32_t tag, size_t len) {
+	std::vector<uint8_t> m = ike_message(spi_i, spi_r, tag);
+	m.resize(len);
+	for (size_t i = 28; i < len; i++)
+		m[i] = uint8_t(tag * 31 + i);
+	return m;
+}
+
+bool intact(std::span<const uint8_t> msg) {
+	const uint32_t tag = load_be32(msg.data() + 20);
+	for (size_t i = 28; i < msg.size(); i++)
+		if (msg[i] != uint8_t(tag * 31 + i)) return false;
+	return true;
+}
+
+} // namespace
+
+TEST_CASE("the lanes keep messages of any size intact and in order through wrap-arounds") {
+	// Random sizes from the header to kMaxMessage, pushes and drains mixed,
+	// both lanes, many sources: every accepted message comes out once, in
+	// its lane's order, byte for byte; a source never holds more than its
+	// share; an empty lane always takes a message.
+	IkeInbox inbox;
+	inbox.publish_spis({7});
+	std::mt19937 rng(4303);
+	std::deque<uint32_t> want_known, want_stranger;
+	std::map<std::string, size_t> held; // by source text, both lanes apart
+	uint32_t tag = 0;
+	size_t accepted = 0, drained = 0, bytes_seen = 0;
+	auto check = [&](std::span<const uint8_t> msg, const Endpoint& from) {
+		const uint32_t t = load_be32(msg.data() + 20);
+		const bool known = load_be64(msg.data() + 8) == 7;
+		auto& q = known ? want_known : want_stranger;
+		REQUIRE(!q.empty());
+		CHECK(q.front() == t);
+		q.pop_front();
+		CHECK(intact(msg));
+		held[(known ? "k" : "s") + to_string(from.addr)]--;
+		drained++;
+		bytes_seen += msg.size();
+	};
+	for (int round = 0; round < 400; round++) {
+		const size_t pushes = rng() % 300;
+		for (size_t k = 0; k < pushes; k++) {
+			const bool known = rng() % 3 == 0;
+			const size_t len = rng() % 4 == 0 ? IkeInbox::kMaxMessage : 28 + rng() % 1200;
+			const Endpoint from = source(uint32_t(rng() % 100));
+			const auto m = sized_message(known ? 1 : 0x100 + tag, known ? 7 : 0, tag, len);
+			const std::string key = (known ? "k" : "s") + to_string(from.addr);
+			const bool was_empty = known ? want_known.empty() : want_stranger.empty();
+			const bool ok = inbox.push(m, from);
+			if (was_empty && held[key] == 0) CHECK(ok);
+			if (ok) {
+				(known ? want_known : want_stranger).push_back(tag);
+				held[key]++;
+				CHECK(held[key] <=
+				      (known ? IkeInbox::kPerSourceKnown : IkeInbox::kPerSourceStranger));
+				accepted++;
+			}
+			tag++;
+		}
+		// Fewer drains than pushes on average: the lanes fill up and drop
+		// at times, then empty again.
+		const size_t drains = rng() % 12;
+		for (size_t k = 0; k < drains; k++)
+			inbox.drain(check);
+	}
+	while (inbox.drain(check)) {}
+	CHECK(want_known.empty());
+	CHECK(want_stranger.empty());
+	CHECK(inbox.dropped() > 0);
+	CHECK(accepted > 20000);
+	CHECK(drained == accepted);
+	MESSAGE(accepted, " accepted, ", drained, " checked (", bytes_seen, " bytes)");
+}
+
+TEST_CASE("the stranger lane holds its bytes' worth of the largest messages") {
+	// Contiguous bytes per message waste at most one message's room at the
+	// end of the ring.
+	IkeInbox inbox;
+	size_t accepted = 0;
+	for (uint32_t i = 0; i < 2 * IkeInbox::kStrangerBytes / IkeInbox::kMaxMessage; i++)
+		accepted +=
+		    inbox.push(sized_message(0x100 + i, 0, i, IkeInbox::kMaxMessage), source(i)) ? 1 : 0;
+	CHECK(accepted == IkeInbox::kStrangerBytes / IkeInbox::kMaxMessage);
+	// Half out, then as many in again: they go to the start of the ring.
+	size_t out = 0;
+	while (out < accepted / 2)
+		inbox.drain([&](std::span<const uint8_t> msg, const Endpoint&) {
+			CHECK(intact(msg));
+			out++;
+		});
+	size_t again = 0;
+	for (uint32_t i = 0; i < accepted; i++)
+		again +=
+		    inbox.push(sized_message(0x9000 + i, 0, 9000 + i, IkeInbox::kMaxMessage), source(i + 7))
+		        ? 1
+		        : 0;
+	CHECK(again + (out - accepted / 2) >= accepted / 2 - 1);
+	const std::vector<uint32_t> tags = drain_all(inbox);
+	CHECK(tags.size() == accepted - out + again);
 }
