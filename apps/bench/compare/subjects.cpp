@@ -364,6 +364,7 @@ protected:
 			const std::string& ns = a ? t.a() : t.b();
 			const CharonFiles& f =
 			    files.emplace_back(env.scratch + "/strongswan-" + (a ? "a" : "b"));
+			std::filesystem::create_directories(f.dir);
 			ip_in(env, ns, {"addr", "add", a ? "10.99.6.1/32" : "10.99.6.2/32", "dev", "lo"});
 			std::ostringstream sw;
 			sw << "connections {\n  ab {\n    version = 2\n"
