@@ -476,6 +476,14 @@ std::string Engine::verify_cert_auth(IkeSa& sa, const PeerPolicy& pol, const Ide
 
 void Engine::established(IkeSa& sa, Clock::time_point now) {
 	mark_established(sa);
+	// What only IKE_SA_INIT and IKE_AUTH needed: the two messages AUTH
+	// signs and our DH key pair (the nonces stay: an initiator derives its
+	// first CHILD_SA's keys from them after this). Held for the IKE SA's
+	// whole life they were a good part of what an established client
+	// costs (issue 19).
+	std::vector<uint8_t>().swap(sa.init_request);
+	std::vector<uint8_t>().swap(sa.init_response);
+	sa.dh.reset();
 	sa.established_at = now;
 	sa.next_keepalive = now + kKeepaliveInterval;
 	if (peers_[*sa.peer].ike_rekey_s) sa.rekey_at = now + jittered(peers_[*sa.peer].ike_rekey_s);
