@@ -17,6 +17,7 @@
 #include "apps/bench/compare/measure.hpp"
 #include "apps/bench/compare/report.hpp"
 #include "apps/bench/compare/subjects.hpp"
+#include "apps/bench/lab/cli.hpp"
 #include "apps/bench/lab/command.hpp"
 #include "apps/bench/lab/proc_stats.hpp"
 #include "apps/bench/lab/process.hpp"
@@ -359,29 +360,7 @@ int run_compare(const CLI::App& verb, CompareOptions& opt) {
 		return cli::report_usage_error(verb, "--wireguard-go at most " +
 		                                         std::to_string(kMaxWireguardGo) + " times");
 	if (opt.duration == 0) opt.duration = opt.quick ? 2 : 10;
-	if (geteuid() != 0) {
-		std::fprintf(stderr,
-		             "esptun-bench compare: needs root (network namespaces, tun devices); run: sudo "
-		             "build/esptun-bench compare\n");
-		return 1;
-	}
-	install_stop_handlers();
-	try {
-		return run(opt);
-	} catch (const UsageError& e) {
-		return cli::report_usage_error(verb, e.what());
-	} catch (const Interrupted&) {
-		std::fprintf(stderr,
-		             "\nesptun-bench compare: interrupted; tunnels stopped, namespaces and temp "
-		             "files removed\n");
-		return 130;
-	} catch (const std::exception& e) {
-		std::fprintf(
-		    stderr,
-		    "esptun-bench compare: %s\n(tunnels stopped, namespaces and temp files removed)\n",
-		    e.what());
-		return 1;
-	}
+	return run_as_root(verb, "tunnels", [&] { return run(opt); });
 }
 
 } // namespace

@@ -13,6 +13,7 @@
 #include "apps/bench/demo/gateway_config.hpp"
 #include "apps/bench/demo/gateway_process.hpp"
 #include "apps/bench/demo/tcp_transfer.hpp"
+#include "apps/bench/lab/cli.hpp"
 #include "apps/bench/lab/netns_pair.hpp"
 #include "apps/bench/lab/ping.hpp"
 #include "apps/bench/lab/process.hpp"
@@ -281,28 +282,10 @@ int run(const DemoOptions& opt, const crypto::CipherSpec& spec, const std::strin
 int run_demo(const CLI::App& verb, const DemoOptions& opt) {
 	const crypto::CipherSpec* spec = crypto::find_cipher(opt.cipher);
 	if (!spec) return cli::report_usage_error(verb, "unknown cipher '" + opt.cipher + "'");
-	if (geteuid() != 0) {
-		std::fprintf(stderr,
-		             "esptun-bench demo: needs root (it creates network namespaces and tun devices); "
-		             "run: sudo %s demo\n",
-		             "build/esptun-bench");
-		return 1;
-	}
-	install_stop_handlers();
-	try {
-		std::string gateway = opt.gateway.empty() ? gateway_binary() : opt.gateway;
+	return run_as_root(verb, "gateways", [&] {
+		const std::string gateway = opt.gateway.empty() ? gateway_binary() : opt.gateway;
 		return run(opt, *spec, gateway);
-	} catch (const Interrupted&) {
-		std::fprintf(
-		    stderr,
-		    "esptun-bench demo: interrupted; gateways stopped, namespaces and temp files removed\n");
-		return 130;
-	} catch (const std::exception& e) {
-		std::fprintf(stderr,
-		             "esptun-bench demo: %s\n(gateways stopped, namespaces and temp files removed)\n",
-		             e.what());
-		return 1;
-	}
+	});
 }
 
 } // namespace

@@ -4,6 +4,7 @@
 
 #include "apps/cli/options.hpp"
 
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
@@ -22,5 +23,16 @@ CLI::Option* add_json_option(CLI::App& verb, std::string& file);
  * Throws std::runtime_error when @file cannot be written.
  */
 void write_json(const nlohmann::ordered_json& doc, const std::string& file);
+
+/**
+ * run_as_root() - what demo, compare and ike-load do around their work:
+ * refuse without root (they make network namespaces and tun devices), make
+ * SIGINT and SIGTERM stop it (lab::Interrupted), and say how it ended on
+ * stderr: a cli::UsageError as a mistake (exit 2), an interruption as 130,
+ * anything else thrown as a failure (1), each time adding that @what (e.g.
+ * "tunnels") were stopped and the namespaces and temp files removed
+ * Return: what @body returned, or that exit status.
+ */
+int run_as_root(const CLI::App& verb, const std::string& what, const std::function<int()>& body);
 
 } // namespace esptun::bench::lab
