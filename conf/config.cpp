@@ -40,7 +40,7 @@ std::string_view tun_io_name(TunIo io) noexcept {
 
 namespace detail {
 
-constexpr std::string_view kTopKeys[] = {"tunnel", "peer"};
+constexpr std::string_view kTopKeys[] = {"tunnel", "peer", "redirect"};
 constexpr std::string_view kTunnelKeys[] = {
     "interface",   "addresses",         "listen",          "mtu",
     "tun_io",      "control_socket",    "route_all",       "direct_write_max",
@@ -194,6 +194,9 @@ Config Loader::load(std::string_view text) {
 
 	if (const toml::node* n = root.get("peer")) parse_peers(*n);
 	check_role(tunnel_line_ > 0 ? tunnel_line_ : 1);
+	if (const toml::node* n = typed(root, "redirect", "the top level", toml::node_type::table,
+	                                "write the redirect settings under a [redirect] header"))
+		parse_redirect(*n->as_table(), line_of(*n));
 	check_key_reuse();
 	check_user_overlaps();
 	return std::move(config_);

@@ -203,11 +203,44 @@ struct TunnelConfig {
 	uint32_t ike_fragment_size = kDefaultIkeFragmentSize;
 };
 
+/// [redirect]: limits on its keys.
+inline constexpr size_t kMaxRedirectTargets = 16;
+inline constexpr uint32_t kMaxRedirectCapacity = 10'000'000;
+inline constexpr uint32_t kDefaultRedirectMoveRate = 100;
+inline constexpr uint32_t kMaxRedirectMoveRate = 100'000;
+
+/// [redirect] when: which clients a gateway sends elsewhere
+/// (ike::RedirectPolicy::When, which the IKE service turns it into).
+enum class RedirectWhen : uint8_t { never, capacity, share, all };
+/// The config spelling: "never", "capacity", "share", "all".
+std::string_view redirect_when_name(RedirectWhen w) noexcept;
+
+/**
+ * RedirectConfig - [redirect]: a gateway sends IKE clients to other
+ * gateways (IKE Redirect, RFC 5685) instead of serving them. Only clients
+ * that announce REDIRECT_SUPPORTED are sent; a reload applies a change
+ * without touching any peer.
+ */
+struct RedirectConfig {
+	RedirectWhen when = RedirectWhen::never;
+	/// Where clients go (new ones spread by a hash, established ones in
+	/// turn): addresses and DNS names as
+	/// ike::redirect_target_text() writes them (so that a diff ignores the
+	/// spelling of an IPv6 address); empty only with when = never.
+	std::vector<std::string> to;
+	uint32_t capacity = 0; ///< when = capacity: peers with an IKE SA from which new clients go
+	uint32_t share = 0;    ///< when = share: the percentage of new clients that go
+	/// when = all: established clients sent away per second at most
+	uint32_t move_rate = kDefaultRedirectMoveRate;
+	friend bool operator==(const RedirectConfig&, const RedirectConfig&) = default;
+};
+
 struct Config {
 	std::string source; ///< file path (or a name given to parse_config), for messages
 	Role role = Role::gateway;
 	TunnelConfig tunnel;
 	std::vector<PeerConfig> peers;
+	RedirectConfig redirect; ///< gateway only; when = never without a [redirect] table
 };
 
 /// Thrown for every config problem: what() reads "FILE:LINE: message. how to fix".

@@ -94,6 +94,7 @@ ConfigDiff diff_configs(const Config& running, const Config& next) {
 	if (running.role != next.role) d.restart_only.push_back("the role (gateway or client)");
 	for (std::string& s : tunnel_changes(running.tunnel, next.tunnel))
 		d.restart_only.push_back(std::move(s));
+	d.redirect_changed = running.redirect != next.redirect;
 	for (const PeerConfig& p : running.peers)
 		if (!find(next, p.name)) d.removed.push_back(p.name);
 	for (const PeerConfig& p : next.peers) {

@@ -19,10 +19,14 @@ struct ConfigDiff {
 	/// Templates whose users file is all that changed: their connected users
 	/// stay, but for those whose entry changed or went (not in changed).
 	std::vector<std::string> users_changed;
+	/// [redirect] differs: the IKE service takes the new policy, peers stay.
+	bool redirect_changed = false;
 
 	bool peers_differ() const noexcept {
 		return !added.empty() || !removed.empty() || !changed.empty() || !users_changed.empty();
 	}
+	/// Whether a reload has anything to apply (restart_only aside).
+	bool anything() const noexcept { return peers_differ() || redirect_changed; }
 };
 
 /// diff_configs() - what turning @running into @next means (both validated).

@@ -148,6 +148,9 @@ private:
 	/// directions), naming the peers and directions, never the key
 	void check_key_reuse() const;
 	void check_role(int top_line);
+	/// parse_redirect() - the [redirect] table at @line (config_redirect.cpp);
+	/// after the peers, since it needs an IKE peer to redirect.
+	void parse_redirect(const toml::table& t, int line);
 
 	const std::string& source_;
 	Role role_;

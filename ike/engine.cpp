@@ -411,6 +411,7 @@ void Engine::handle_response(IkeSa& sa, std::vector<Payload>& inner, Clock::time
 		handle_rekey_ike_response(sa, req, inner, now);
 		break;
 	case RequestKind::init:
+	case RequestKind::redirect: // the client took note; it deletes the IKE SA once it moved
 		break;
 	}
 	if (sa.state == IkeSa::State::established) send_child_deletes(sa, now);

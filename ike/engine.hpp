@@ -76,6 +76,49 @@ inline constexpr uint32_t kDefaultFragmentSize = 1280;
 /// take (RFC 791); a smaller one buys nothing and multiplies the fragments.
 inline constexpr uint32_t kMinFragmentSize = 576;
 
+/// A gateway that clients are sent to by IKE Redirect (RFC 5685 section
+/// 10): its identity as the REDIRECT notify carries it.
+struct RedirectTarget {
+	enum class Type : uint8_t { ipv4 = 1, ipv6 = 2, fqdn = 3 };
+	Type type = Type::ipv4;
+	std::vector<uint8_t> data; ///< 4 or 16 address bytes, or the name (1-255 bytes)
+	friend bool operator==(const RedirectTarget&, const RedirectTarget&) = default;
+};
+/// "192.0.2.1", "2001:db8::1" or a DNS name ("gw2.example.net": letters,
+/// digits, '-' and '.', at most 255 bytes); nullopt for anything else.
+std::optional<RedirectTarget> parse_redirect_target(std::string_view text);
+std::string redirect_target_text(const RedirectTarget& t);
+/// The data of a REDIRECT or REDIRECTED_FROM notify: type, length, identity,
+/// then @nonce (the initiator's Ni in an IKE_SA_INIT answer, else empty).
+std::vector<uint8_t> redirect_data(const RedirectTarget& t, std::span<const uint8_t> nonce = {});
+/// Reads redirect_data() back: the target and the nonce data after it;
+/// nullopt for an unknown type or a length that does not fit.
+std::optional<std::pair<RedirectTarget, std::vector<uint8_t>>>
+parse_redirect_data(std::span<const uint8_t> data);
+
+/**
+ * RedirectPolicy - a gateway's use of IKE Redirect (RFC 5685): which
+ * clients it sends to the gateways in @to (taken in turn) instead of
+ * serving them. Only clients that announced REDIRECT_SUPPORTED in
+ * IKE_SA_INIT can be sent; the others are served as usual.
+ */
+struct RedirectPolicy {
+	enum class When : uint8_t {
+		never,    ///< redirect nobody
+		capacity, ///< new clients, while @capacity peers or more hold an IKE SA
+		share,    ///< @share_percent of new clients (none that was redirected here)
+		all,      ///< every new client, and established ones by INFORMATIONAL (maintenance)
+	};
+	When when = When::never;
+	std::vector<RedirectTarget> to; ///< new clients spread over them by a hash, established ones in turn
+	size_t capacity = 0;
+	unsigned share_percent = 0; ///< 1-100
+	/// When::all: established clients sent away per second at most, so
+	/// that they do not all arrive at the other gateways at once.
+	unsigned move_rate = 100;
+};
+std::string_view redirect_when_name(RedirectPolicy::When w) noexcept;
+
 /// Which side of EAP (RFC 7296 section 2.16) we are for a peer.
 enum class EapRole : uint8_t {
 	none,   ///< no EAP: both sides authenticate with AUTH (PSK or certificates)
@@ -140,6 +183,11 @@ struct PeerPolicy {
 	std::vector<IpPrefix> local_ts;
 	std::optional<Endpoint> endpoint; ///< where to initiate to (IKE and ESP go there)
 	bool initiate = false;
+	/// Initiator: announce REDIRECT_SUPPORTED and follow a gateway's
+	/// REDIRECT to an address (RFC 5685). Off where the host cannot reach
+	/// another gateway outside the tunnel (a route_all client's host route
+	/// keeps only the configured one there).
+	bool follow_redirects = true;
 	uint32_t dpd_interval_s = 30; ///< 0 = no liveness checks of our own
 	/// Initiator (a client without addresses of its own): ask for a virtual
 	/// address and DNS servers in IKE_AUTH (configuration payload, section 3.15).
@@ -312,6 +360,14 @@ struct IkeCounters {
 	/// EAP conversations that ended in EAP-Failure or were abandoned
 	/// (malformed, out of order, too many rounds), either role.
 	uint64_t eap_failed = 0;
+	// IKE Redirect (RFC 5685). Gateway: new clients answered with REDIRECT
+	// in IKE_SA_INIT; established ones sent a REDIRECT by INFORMATIONAL.
+	uint64_t redirects_sent = 0;
+	uint64_t redirects_established = 0;
+	/// Client: redirects followed, and those not followed (a nonce that is
+	/// not ours, a malformed or unusable target, or a loop).
+	uint64_t redirects_followed = 0;
+	uint64_t redirects_ignored = 0;
 };
 
 /// Status of one CHILD_SA for the status JSON.
@@ -411,6 +467,17 @@ public:
 	 * Throws: std::invalid_argument when @tmpl is no active template.
 	 */
 	size_t update_users(size_t tmpl, std::shared_ptr<const Users> users, Clock::time_point now);
+	/**
+	 * set_redirect() - the gateway's redirect policy from now on
+	 * @policy: when (and where) to send clients elsewhere; When::never, or
+	 *          an empty @policy.to, redirects nobody
+	 *
+	 * New IKE_SA_INITs follow it at once; with When::all, established
+	 * clients that support redirects are sent away over the next ticks at
+	 * @policy.move_rate a second. Nothing else changes.
+	 */
+	void set_redirect(RedirectPolicy policy);
+	const RedirectPolicy& redirect_policy() const noexcept { return redirect_; }
 	/// @peer was added and not removed (false for an index never given).
 	bool peer_active(size_t peer) const noexcept { return peer < active_.size() && active_[peer]; }
 
@@ -460,6 +527,14 @@ public:
 	/// the peer deletes it (section 2.18 leaves the delete to the peer; a
 	/// hostile one never sends it). Long enough for answers still in flight.
 	static constexpr std::chrono::seconds kRekeyedIkeGrace{30};
+	/// Initiator: at most this many redirects followed per peer within
+	/// kRedirectLoopPeriod; past it they are ignored (RFC 5685 section 9:
+	/// a loop between gateways must end).
+	static constexpr size_t kMaxRedirects = 5;
+	static constexpr std::chrono::seconds kRedirectLoopPeriod{300};
+	/// Gateway: an established client sent elsewhere has this long to
+	/// delete its IKE SA with us itself; then we delete it.
+	static constexpr std::chrono::seconds kRedirectGrace{30};
 	/// Instances of templates (users connected through one) at once, all
 	/// templates together: past it a new user is refused. Each holds an IKE
 	/// SA and a virtual address, so the address pool and the SA table are
@@ -535,7 +610,18 @@ private:
 	void start_ike_rekey(IkeSa& sa, Clock::time_point now);
 	void send_child_deletes(IkeSa& sa, Clock::time_point now);
 	void resolve_collision(IkeSa& sa, uint32_t old_spi_in);
-	void initiate(size_t peer, Clock::time_point now);
+	/// Starts an IKE SA for @peer: to its endpoint, or to @to after a
+	/// redirect from @from (named in REDIRECTED_FROM).
+	void initiate(size_t peer, Clock::time_point now, std::optional<Endpoint> to = std::nullopt,
+	              std::optional<Endpoint> from = std::nullopt);
+	// IKE Redirect (engine_redirect.cpp).
+	/// The target a new client from @from (SPIi @spi_i) is sent to, or nullptr to serve it.
+	const RedirectTarget* redirect_choice(const Endpoint& from, uint64_t spi_i, bool was_redirected);
+	/// Initiator: a REDIRECT from the gateway of @sa (in IKE_SA_INIT when
+	/// @in_init, then its nonce data must be our Ni; else by INFORMATIONAL).
+	void follow_redirect(IkeSa& sa, const NotifyPayload& n, bool in_init, Clock::time_point now);
+	/// Gateway, When::all: sends REDIRECT to @sa if it is a client due to go.
+	bool move_established(IkeSa& sa, Clock::time_point now);
 	void send_init(IkeSa& sa, Clock::time_point now);
 	// Fragmentation (engine_fragments.cpp).
 	std::vector<std::vector<uint8_t>> seal_message(IkeSa& sa, Header h, std::span<const Payload> inner);
@@ -654,6 +740,14 @@ private:
 	std::vector<size_t> free_slots_;
 	std::vector<size_t> ending_;
 	IkeCounters counters_;
+	RedirectPolicy redirect_;
+	size_t redirect_next_ = 0; ///< the target the next established client moved gets
+	/// When::all: tokens for move_rate (established clients sent away), and
+	/// when they were last topped up.
+	double move_tokens_ = 0;
+	Clock::time_point move_tokens_at_{};
+	/// Initiator: per peer, when its recent redirects were followed (at most kMaxRedirects).
+	std::unordered_map<size_t, std::vector<Clock::time_point>> redirected_at_;
 	/// Cookie secrets (section 2.6): [0] current, [1] the one before; the
 	/// version byte leads each cookie. Wiped when replaced and in ~Engine.
 	struct CookieSecret {

@@ -55,6 +55,12 @@ std::string notify_label(uint16_t t) {
 		return "NON_FIRST_FRAGMENTS_ALSO";
 	case notify::mobike_supported:
 		return "MOBIKE_SUPPORTED";
+	case notify::redirect_supported:
+		return "REDIR_SUP";
+	case notify::redirect:
+		return "REDIR";
+	case notify::redirected_from:
+		return "REDIR_FROM";
 	case notify::ikev2_fragmentation_supported:
 		return "FRAG_SUP";
 	case notify::signature_hash_algorithms:

@@ -303,6 +303,17 @@ void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const
 		return;
 	}
 	rotate_cookie_secret(now);
+	// IKE Redirect (RFC 5685 section 4): before any work, stateless. Only
+	// an initiator that announced support can be sent away; REDIRECTED_FROM
+	// announces it too (another gateway sent it here).
+	const bool was_redirected = m.find_notify(notify::redirected_from) != nullptr;
+	const bool redirect_supported = was_redirected || m.find_notify(notify::redirect_supported);
+	if (redirect_supported)
+		if (const RedirectTarget* t = redirect_choice(from, h.spi_i, was_redirected)) {
+			counters_.redirects_sent++;
+			send_plain_notify(via, from, h, notify::redirect, redirect_data(*t, nonce->data));
+			return;
+		}
 	const bool loaded = half_open_load_ >= kCookieThreshold;
 	if (loaded) {
 		const NotifyPayload* c = m.find_notify(notify::cookie);
@@ -380,6 +391,7 @@ void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const
 	sa->sk_out = std::make_unique<SkCipher>(sa->suite, sa->keys.sk_er, sa->keys.sk_ar);
 	sa->init_request.assign(msg.begin(), msg.end());
 	sa->behind_nat = we_are_behind_nat(m, sa->spi_i, 0, via, from);
+	sa->redirect_supported = redirect_supported;
 
 	Header rh;
 	rh.spi_i = sa->spi_i;
@@ -421,7 +433,8 @@ void Engine::handle_init_request(Port via, const Endpoint& from, std::span<const
 	half_open_load_ += cost;
 }
 
-void Engine::initiate(size_t peer, Clock::time_point now) {
+void Engine::initiate(size_t peer, Clock::time_point now, std::optional<Endpoint> to,
+                      std::optional<Endpoint> from) {
 	const PeerPolicy& pol = peers_[peer];
 	if (pol.ike_proposals.empty() || !pol.endpoint) return;
 	auto sa = std::make_unique<IkeSa>();
@@ -431,7 +444,8 @@ void Engine::initiate(size_t peer, Clock::time_point now) {
 		sa->spi_i = random_spi();
 	while (sas_.count(sa->spi_i));
 	sa->peer = peer;
-	sa->remote = *pol.endpoint;
+	sa->remote = to ? *to : *pol.endpoint;
+	sa->redirected_from = from;
 	sa->via = Port::natt; // RFC 7296 section 2.23 lets an initiator start on the NAT-T port
 	sa->dh = std::make_unique<DhKeyPair>(pol.ike_proposals.front().dh);
 	sa->ni = random_nonce();
@@ -471,6 +485,21 @@ void Engine::send_init(IkeSa& sa, Clock::time_point now) {
 
 	// RFC 7383 section 2.3: we take fragments and send them when the responder does too.
 	payloads.push_back(make_notify(notify::ikev2_fragmentation_supported));
+	// RFC 5685 section 3: we follow redirects. Sent here by another
+	// gateway, we name it instead (section 4), which says the same.
+	if (!pol.follow_redirects) {
+		// Not announced: a gateway then serves us rather than send us away.
+	} else if (sa.redirected_from) {
+		RedirectTarget origin;
+		origin.type = sa.redirected_from->addr.family == Family::v4 ? RedirectTarget::Type::ipv4
+		                                                            : RedirectTarget::Type::ipv6;
+		origin.data.assign(sa.redirected_from->addr.bytes.begin(),
+		                   sa.redirected_from->addr.bytes.begin() +
+		                       long(sa.redirected_from->addr.size()));
+		payloads.push_back(make_notify(notify::redirected_from, redirect_data(origin)));
+	} else {
+		payloads.push_back(make_notify(notify::redirect_supported));
+	}
 	sa.init_request = build_message(h, payloads);
 	sa.pending = new_request({sa.init_request}, 0, RequestKind::init, now);
 	debug_sent(&sa, sa.remote, sa.init_request, {});
@@ -493,6 +522,10 @@ void Engine::handle_init_response(IkeSa& sa, std::span<const uint8_t> msg, const
 	const PeerPolicy& pol = peers_[*sa.peer];
 	if (m.header.message_id != 0) {
 		counters_.malformed++;
+		return;
+	}
+	if (const NotifyPayload* r = m.find_notify(notify::redirect)) {
+		follow_redirect(sa, *r, true, now);
 		return;
 	}
 	if (const NotifyPayload* c = m.find_notify(notify::cookie)) {

@@ -29,7 +29,16 @@ constexpr seconds kLogWindow{10};
 /// Backoff before initiating again after a failure: doubles up to the maximum.
 constexpr uint32_t kRestartMinS = 2, kRestartMaxS = 60;
 
-enum class RequestKind : uint8_t { init, auth, liveness, del_ike, del_child, rekey_child, rekey_ike };
+enum class RequestKind : uint8_t {
+	init,
+	auth,
+	liveness,
+	del_ike,
+	del_child,
+	rekey_child,
+	rekey_ike,
+	redirect
+};
 
 /// EAP in IKE_AUTH: at most this many EAP round trips (each an IKE_AUTH
 /// exchange) before the conversation is given up. EAP-TLS with a long
@@ -455,6 +464,15 @@ struct Engine::IkeSa {
 	/// EAP under way in IKE_AUTH (either role); reset once the IKE SA is up.
 	std::unique_ptr<EapState> eap;
 	uint32_t child_rekeys = 0, ike_rekeys = 0;
+	// IKE Redirect (RFC 5685, engine_redirect.cpp).
+	/// Responder: the initiator announced REDIRECT_SUPPORTED (a rekeyed IKE SA keeps it).
+	bool redirect_supported = false;
+	/// Initiator: we were sent here by the gateway at this address
+	/// (REDIRECTED_FROM in our IKE_SA_INIT).
+	std::optional<Endpoint> redirected_from;
+	/// Gateway: we sent this client elsewhere; if it has not deleted the
+	/// IKE SA by then, we do.
+	Clock::time_point redirect_deadline{};
 
 	uint64_t our_spi() const noexcept { return initiator ? spi_i : spi_r; }
 };

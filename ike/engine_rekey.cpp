@@ -45,7 +45,15 @@ void Engine::handle_informational_request(IkeSa& sa, std::vector<Payload>& inner
 	std::vector<Payload> reply;
 	if (!ours.spis.empty() && !delete_ike) reply.push_back(ours);
 	send_response(sa, req, reply);
-	if (delete_ike) close(sa, "deleted by the peer", true, now);
+	if (delete_ike) {
+		close(sa, "deleted by the peer", true, now);
+		return;
+	}
+	// RFC 5685 section 6: the gateway sends us elsewhere; the answer above
+	// (empty) acknowledges it.
+	if (const NotifyPayload* r = find_notify_in(inner, notify::redirect);
+	    r && sa.state == IkeSa::State::established)
+		follow_redirect(sa, *r, false, now);
 }
 
 void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner, Clock::time_point now) {
@@ -136,6 +144,7 @@ void Engine::handle_create_child_request(IkeSa& sa, std::vector<Payload>& inner,
 		next->virtual_ips = sa.virtual_ips;
 		next->dns = sa.dns;
 		next->behind_nat = sa.behind_nat;
+		next->redirect_supported = sa.redirect_supported;
 		next->frag_peer = sa.frag_peer; // negotiated for the IKE SA, not its keys
 		next->next_keepalive = sa.next_keepalive;
 		if (pol.ike_rekey_s) next->rekey_at = now + jittered(pol.ike_rekey_s);
@@ -595,6 +604,7 @@ void Engine::handle_rekey_ike_response(IkeSa& sa, PendingRequest& req, std::vect
 	next->virtual_ips = sa.virtual_ips;
 	next->dns = sa.dns;
 	next->behind_nat = sa.behind_nat;
+	next->redirect_supported = sa.redirect_supported;
 	next->frag_peer = sa.frag_peer; // negotiated for the IKE SA, not its keys
 	next->next_keepalive = sa.next_keepalive;
 	next->created = sa.created;

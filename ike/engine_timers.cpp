@@ -112,6 +112,7 @@ void Engine::tick_sa(IkeSa& sa, Clock::time_point now) {
 		sa.next_keepalive = now + kKeepaliveInterval;
 	}
 	if (sa.state == IkeSa::State::established && !sa.pending && sa.peer && !sa.rekeyed) {
+		if (move_established(sa, now)) return;
 		if (!sa.delete_queue.empty()) {
 			send_child_deletes(sa, now);
 			return;

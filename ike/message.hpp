@@ -174,6 +174,11 @@ inline constexpr uint16_t rekey_sa = 16393;
 inline constexpr uint16_t esp_tfc_padding_not_supported = 16394;
 inline constexpr uint16_t non_first_fragments_also = 16395;
 inline constexpr uint16_t mobike_supported = 16396;
+// RFC 5685 (IKE Redirect): the initiator supports it (IKE_SA_INIT), the
+// gateway sends it elsewhere, and the initiator names where it came from.
+inline constexpr uint16_t redirect_supported = 16406;
+inline constexpr uint16_t redirect = 16407;
+inline constexpr uint16_t redirected_from = 16408;
 inline constexpr uint16_t ikev2_fragmentation_supported = 16430; ///< RFC 7383 section 2.3
 inline constexpr uint16_t signature_hash_algorithms = 16431;
 /// Types below this are errors (section 3.10.1).

@@ -110,6 +110,9 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 		// gateway gives each client the host addresses of its allowed_ips
 		// that lie in the address pool, or else leases it one from the pool.
 		pol.request_address = config.role == conf::Role::client && config.tunnel.addresses.empty();
+		// route_all's host route keeps only the configured gateway outside
+		// the tunnel: another one a redirect names would be sent into it.
+		pol.follow_redirects = !(config.role == conf::Role::client && config.tunnel.route_all);
 		for (const IpPrefix& a : p.allowed_ips)
 			for (const IpPrefix& pool : config.tunnel.address_pool)
 				if (a.len == a.addr.max_prefix() && pool.contains(a.addr))
@@ -120,6 +123,53 @@ std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std:
 		pol.child_rekey_packets = p.ike->rekey_packets;
 		pol.fragment_size = p.ike->fragment_size;
 		out.push_back(std::move(pol));
+	}
+	return out;
+}
+
+ike::RedirectPolicy redirect_policy(const conf::Config& config) {
+	const conf::RedirectConfig& rc = config.redirect;
+	ike::RedirectPolicy p;
+	switch (rc.when) {
+	case conf::RedirectWhen::never:
+		p.when = ike::RedirectPolicy::When::never;
+		break;
+	case conf::RedirectWhen::capacity:
+		p.when = ike::RedirectPolicy::When::capacity;
+		break;
+	case conf::RedirectWhen::share:
+		p.when = ike::RedirectPolicy::When::share;
+		break;
+	case conf::RedirectWhen::all:
+		p.when = ike::RedirectPolicy::When::all;
+		break;
+	}
+	for (const std::string& t : rc.to)
+		if (std::optional<ike::RedirectTarget> target = ike::parse_redirect_target(t))
+			p.to.push_back(std::move(*target)); // the loader took each one
+	p.capacity = rc.capacity;
+	p.share_percent = rc.share;
+	p.move_rate = rc.move_rate;
+	return p;
+}
+
+std::string redirect_text(const ike::RedirectPolicy& policy) {
+	using When = ike::RedirectPolicy::When;
+	std::string out = "redirect: when " + std::string(ike::redirect_when_name(policy.when));
+	if (policy.when == When::never) return out + " (every client is served here)";
+	for (size_t i = 0; i < policy.to.size(); i++)
+		out += (i ? ", " : ", to ") + ike::redirect_target_text(policy.to[i]);
+	switch (policy.when) {
+	case When::capacity:
+		return out + "; new clients go while " + std::to_string(policy.capacity) +
+		       " peers or more hold an IKE SA";
+	case When::share:
+		return out + "; " + std::to_string(policy.share_percent) +
+		       "% of new clients go (none that another gateway sent here)";
+	case When::all:
+		return out + "; established clients move at " + std::to_string(policy.move_rate) + "/s";
+	case When::never:
+		break;
 	}
 	return out;
 }
@@ -157,6 +207,10 @@ IkeService::IkeService(asio::io_context& io, const conf::Config& config, tunnel:
 		routed_ = tun_routes(config, config.peers.front().allowed_ips);
 	}
 	engine_ = std::make_unique<ike::Engine>(std::move(policies), *this);
+	// Before start(): the first IKE_SA_INIT that arrives already meets it.
+	engine_->set_redirect(redirect_policy(config));
+	if (config.redirect.when != conf::RedirectWhen::never)
+		log::info(redirect_text(engine_->redirect_policy()));
 	log::debug("IKE: engine ready for " + std::to_string(table_peers_.size()) +
 	           " peer(s); messages on the ESP port " + std::to_string(natt_port_) +
 	           " come from the workers");
@@ -227,6 +281,12 @@ size_t IkeService::update_users(const conf::Config& config, std::span<const std:
 	}
 	publish_spis();
 	return ended;
+}
+
+std::string IkeService::set_redirect(const conf::Config& config) {
+	engine_->set_redirect(redirect_policy(config));
+	// Not logged here: the reload logs its outcome, which says this.
+	return redirect_text(engine_->redirect_policy());
 }
 
 bool IkeService::instance_added(size_t instance) {
@@ -668,6 +728,10 @@ Json IkeService::status_json() const {
 	                     {"logs_suppressed", c.logs_suppressed},
 	                     {"sa_refused", c.sa_refused},
 	                     {"internal_errors", c.internal_errors},
+	                     {"redirects_sent", c.redirects_sent},
+	                     {"redirects_established", c.redirects_established},
+	                     {"redirects_followed", c.redirects_followed},
+	                     {"redirects_ignored", c.redirects_ignored},
 	                     {"inbox_dropped", inbox_.dropped()},
 	                     {"inbox_dropped_known", inbox_.dropped_known()},
 	                     {"inbox_dropped_stranger", inbox_.dropped_stranger()},
@@ -675,6 +739,15 @@ Json IkeService::status_json() const {
 	                     {"inbox_too_big", inbox_.too_big()},
 	                     {"inbox_too_short", inbox_.too_short()},
 	                     {"send_errors", send_errors_}};
+	// The policy in effect, with only the numbers its `when` uses.
+	const ike::RedirectPolicy& r = engine_->redirect_policy();
+	Json& redirect = j["redirect"] = Json{{"when", std::string(ike::redirect_when_name(r.when))}};
+	Json& to = redirect["to"] = Json::array();
+	for (const ike::RedirectTarget& t : r.to)
+		to.push_back(ike::redirect_target_text(t));
+	if (r.when == ike::RedirectPolicy::When::capacity) redirect["capacity"] = uint64_t(r.capacity);
+	if (r.when == ike::RedirectPolicy::When::share) redirect["share"] = r.share_percent;
+	if (r.when == ike::RedirectPolicy::When::all) redirect["move_rate"] = r.move_rate;
 	Json& pool = j["address_pool"] = Json::array();
 	for (const tunnel::AddressPool::Usage& u : table_.address_pool().usage())
 		pool.push_back(Json{{"prefix", to_string(u.prefix)},

@@ -29,6 +29,11 @@ namespace esptun::service {
 /// The IKE policies for @config's peers that have a psk, in config order,
 /// with @hostname as local identity where none is configured.
 std::vector<ike::PeerPolicy> ike_policies(const conf::Config& config, const std::string& hostname);
+/// The engine's redirect policy for @config's [redirect] (When::never without one).
+ike::RedirectPolicy redirect_policy(const conf::Config& config);
+/// redirect_text() - @policy in one line, as the log and a reload say it:
+/// "redirect: when all, to 192.0.2.2; established clients move at 100/s"
+std::string redirect_text(const ike::RedirectPolicy& policy);
 
 class IkeService final : public ike::Host {
 public:
@@ -71,6 +76,14 @@ public:
 	 * Return: how many users were ended.
 	 */
 	size_t update_users(const conf::Config& config, std::span<const std::string> names);
+	/**
+	 * set_redirect() - the redirect policy of @config from now on (a reload
+	 * that changed [redirect]). No peer and no IKE SA changes here:
+	 * the engine applies it to new IKE_SA_INITs, and with when = all moves
+	 * established clients over the next ticks.
+	 * Return: the new policy in words (redirect_text()).
+	 */
+	std::string set_redirect(const conf::Config& config);
 	/// The "ike" member of the status JSON.
 	nlohmann::ordered_json status_json() const;
 	/// route_all: the /1 routes, which follow the families of the virtual

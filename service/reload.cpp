@@ -71,9 +71,19 @@ std::string Reloader::reload() {
 		for (const std::string& w : conf::weak_peer_warnings(config))
 			log::warn("reload: " + w);
 	};
-	if (!d.peers_differ()) {
+	if (d.redirect_changed && !parts_.ike)
+		throw ReloadRefused("[redirect] needs a restart: it works through IKE, which starts with "
+		                    "the first IKE peer; nothing changed");
+	if (!d.anything()) {
 		warn_weak(next);
 		return "nothing to change: " + std::to_string(d.unchanged.size()) + " peer(s) as before";
+	}
+	if (!d.peers_differ()) {
+		// A new [redirect] alone: the engine takes it, every peer and SA stays.
+		std::string said = parts_.ike->set_redirect(next);
+		running_ = std::move(next);
+		warn_weak(running_);
+		return said + "; " + std::to_string(d.unchanged.size()) + " peer(s) unchanged";
 	}
 
 	std::vector<std::string> going = d.removed, coming = d.added;
@@ -141,6 +151,8 @@ std::string Reloader::reload() {
 			log::error("reload: IKE could not take the new peers: " + std::string(e.what()));
 		}
 	}
+	std::string redirect_said;
+	if (d.redirect_changed) redirect_said = parts_.ike->set_redirect(next);
 	parts_.seq_state.forget(d.removed);
 	for (const IpPrefix& p : had)
 		if (!holds(want, p)) {
@@ -166,6 +178,7 @@ std::string Reloader::reload() {
 		what += (what.empty() ? "" : "; ") + std::string("new users file for ") +
 		        joined(d.users_changed) + " (" + std::to_string(users_ended) +
 		        " connected user(s) ended)";
+	if (!redirect_said.empty()) what += "; " + redirect_said;
 	return what + "; " + std::to_string(d.unchanged.size()) + " peer(s) unchanged";
 }
 

@@ -11,7 +11,9 @@
 // changed peers' IKE SAs (telling the peer), the SA table publishes the new
 // peers in one store, IKE adds the new ones (initiators connect at once),
 // and routes nothing needs any more go. Peers that did not change keep
-// their SAs, counters and sequence numbers; their packets never wait.
+// their SAs, counters and sequence numbers; their packets never wait. A
+// changed [redirect] is handed to the IKE engine as it is: it cannot fail
+// and touches no peer.
 #pragma once
 
 #include "conf/config.hpp"

@@ -293,6 +293,19 @@ std::string tx_queue_text(const Json& q) {
 	       " dropped late, " + std::to_string(u64(q, {"overflow_drops"})) + " dropped full";
 }
 
+/// redirect_text() - the "redirect" line: where clients are sent, and which
+std::string redirect_text(const Json& r) {
+	const std::string when = str(r, {"when"});
+	std::string t = when + ", to " + strings(get(r, "to"));
+	if (when == "capacity")
+		t += "; new clients from " + std::to_string(u64(r, {"capacity"})) + " peers on";
+	else if (when == "share")
+		t += "; " + std::to_string(u64(r, {"share"})) + "% of new clients";
+	else if (when == "all")
+		t += "; established clients at " + std::to_string(u64(r, {"move_rate"})) + "/s";
+	return t;
+}
+
 /// one_endpoint() - the metrics of one endpoint's status
 void one_endpoint(Metrics& m, const Json& s) {
 	const std::string ifl = "interface=\"" + label_value(str(s, {"interface"})) + "\"";
@@ -401,6 +414,8 @@ std::string render_show(const Json& s, bool colour, int64_t now_unix_ms) {
 		if (const std::string r = nonzero(c, {"received", "sent"}); !r.empty()) ike += "; " + r;
 		out += line(p, "ike", ike);
 	}
+	if (const Json* r = json_at(s, {"ike", "redirect"}); r && str(*r, {"when"}, "never") != "never")
+		out += line(p, "redirect", redirect_text(*r));
 	for (const Json& peer : items(get(s, "peers")))
 		out += show_peer(peer, s, p, now_unix_ms);
 	return out;

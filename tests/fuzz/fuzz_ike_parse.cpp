@@ -9,12 +9,15 @@
 //      payload parsers without having to match the length field.
 // Whatever parses must re-encode (encode_payloads, build_message) without an
 // exception, parse again to the same values, and re-encode to the same bytes
-// (the encoding is canonical). Any difference traps.
+// (the encoding is canonical). Any difference traps. The input as a whole is
+// also read as a REDIRECT notify's data (ike/engine.hpp, RFC 5685), which
+// must re-encode to the same bytes.
 // Seeds: tests/fuzz/corpus/ike_parse/ (strongSwan's messages from
 // tests/data/ike/, and built inner chains of every payload kind).
 #include "ike/message.hpp"
 
 #include "base/bytes.hpp"
+#include "ike/engine.hpp"
 #include "tests/unit/support/bytes_test_util.hpp"
 
 #include <algorithm>
@@ -109,6 +112,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 		Header h;
 		(void)parse_header(in, h);
 		check_message(in);
+		if (const auto r = parse_redirect_data(in)) {
+			if (redirect_data(r->first, r->second) != Bytes(in.begin(), in.end()))
+				fail("REDIRECT data differs after a round trip");
+			if (parse_redirect_target(redirect_target_text(r->first)) != r->first)
+				fail("a REDIRECT target does not read back from its text");
+		}
 		if (size == 0) return 0;
 
 		const PayloadType first = PayloadType(data[0]);

@@ -155,9 +155,9 @@ def usage_commands(prog):
 def config_keys():
     """config_keys() - every key the loader accepts, from its key tables."""
     keys = set()
-    for src in ("conf/config.cpp", "conf/config_static.cpp"):
+    for src in ("conf/config.cpp", "conf/config_static.cpp", "conf/config_redirect.cpp"):
         text = open(os.path.join(SOURCE, src)).read()
-        for table in re.findall(r"k(?:Tunnel|Peer|Sa)Keys\[\] = \{([^}]*)\}", text):
+        for table in re.findall(r"k(?:Tunnel|Peer|Sa|Redirect)Keys\[\] = \{([^}]*)\}", text):
             keys |= set(re.findall(r'"([a-z_]+)"', table))
     return keys
 

@@ -17,6 +17,8 @@ TEST_CASE("the same config again: nothing to do, every peer unchanged") {
 	const ConfigDiff d = diff_configs(parse(gateway_lines()), parse(gateway_lines()));
 	CHECK(d.restart_only.empty());
 	CHECK_FALSE(d.peers_differ());
+	CHECK_FALSE(d.redirect_changed);
+	CHECK_FALSE(d.anything());
 	CHECK(d.unchanged == Names{"site-b", "road-1"});
 }
 

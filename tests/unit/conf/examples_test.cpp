@@ -71,3 +71,19 @@ TEST_CASE("the IKE examples load, and the client is one of the gateway's identit
 	CHECK(gw.peers.back().name == "carol");
 	CHECK(gw.peers.back().allowed_ips.empty());
 }
+
+TEST_CASE("the commented [redirect] of the IKE gateway example loads once uncommented") {
+	std::ifstream in(kExamples / "ike-gateway.toml");
+	std::string text, line;
+	bool in_block = false;
+	while (std::getline(in, line)) {
+		// The block runs from "#[redirect]" to the first line that is no comment.
+		in_block = line == "#[redirect]" || (in_block && line.starts_with("#"));
+		text += (in_block ? line.substr(1) : line) + "\n";
+	}
+	CHECK(load_example("ike-gateway.toml", Role::gateway).redirect == RedirectConfig{});
+	const Config c = parse_config(text, "ike-gateway.toml", Role::gateway, kExamples);
+	CHECK(c.redirect.when == RedirectWhen::capacity);
+	CHECK(c.redirect.to == std::vector<std::string>{"198.51.100.30", "gw2.example.com"});
+	CHECK(c.redirect.capacity == 5000);
+}

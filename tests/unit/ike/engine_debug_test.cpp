@@ -87,7 +87,7 @@ TEST_CASE("with debug on, each IKE_SA_INIT and IKE_AUTH message is one line nami
 	const auto& lb = p.hb.debug_logs;
 	CHECK(any_line_has(la, "sent IKE_SA_INIT request #0"));
 	CHECK(any_line_has(la, "[SA KE No N(NAT_DETECTION_SOURCE_IP) N(NAT_DETECTION_DESTINATION_IP) "
-	                       "N(FRAG_SUP)] to 10.0.0.2:4500"));
+	                       "N(FRAG_SUP) N(REDIR_SUP)] to 10.0.0.2:4500"));
 	CHECK(any_line_has(lb, "received IKE_SA_INIT request #0"));
 	CHECK(any_line_has(lb, "sent IKE_SA_INIT response #0"));
 	CHECK(any_line_has(la, "received IKE_SA_INIT response #0"));
