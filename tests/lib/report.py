@@ -45,6 +45,24 @@ class Report:
         if not self.check(cond, msg, detail):
             raise netns.TestError(msg + (f": {detail}" if detail else ""))
 
+    def run_cases(self, steps, *args, only=None):
+        """run_cases() - steps: [(title, fn)]; each as section "case N",
+        called fn(report, *args, tag). A TestError ends that case alone (a
+        failed check naming it); the next one still runs. only: the case
+        numbers to run (None: all)."""
+        for n, (title, fn) in enumerate(steps):
+            if only is not None and n + 1 not in only:
+                continue
+            self.section(title)
+            t0 = time.monotonic()
+            tag = f"case {n + 1}"
+            try:
+                fn(self, *args, tag)
+            except netns.TestError as e:
+                first, _, rest = str(e).partition("\n")
+                self.check(False, f"[{tag}] {first}", rest.strip()[:2000])
+            self.info(f"{tag} took {time.monotonic() - t0:.1f} s")
+
     def finish(self):
         secs = time.monotonic() - self.start
         if self.failed:

@@ -248,18 +248,31 @@ def client_on(ctx, gw):
     return None
 
 
-def case_client_init(rep, ctx, tag):
-    path = client_config(ctx, G1_UL)
-    ctx.client = esptun_proc.Endpoint(ctx.build, ctx.ns["c"], path,
-                                      os.path.join(ctx.tmp, "c.log"), "client")
+def start_client(ctx, gw, log_name):
+    """esptun-client in netns c, configured for the gateway at gw, started."""
+    ctx.client = esptun_proc.Endpoint(ctx.build, ctx.ns["c"], client_config(ctx, gw),
+                                      os.path.join(ctx.tmp, log_name), "client")
     ctx.client.start()
+
+
+def wait_client_on(rep, tag, ctx, gw, timeout, what):
+    """(sa, status) once the client is established with gw; None (and a
+    failed check naming what) when it is not within timeout seconds."""
     try:
-        sa, st = netns.wait_until(lambda: client_on(ctx, G2_UL), ESTABLISH_TIMEOUT, interval=0.1,
-                                  what="esptun-client established with G2")
+        return netns.wait_until(lambda: client_on(ctx, gw), timeout, interval=0.1,
+                                what=f"esptun-client established with {gw}")
     except TestError as e:
-        rep.check(False, f"[{tag}] esptun-client follows G1's redirect: {e}",
-                  netns.tail(ctx.client.log, 30))
+        rep.check(False, f"[{tag}] {what}: {e}", netns.tail(ctx.client.log, 30))
+        return None
+
+
+def case_client_init(rep, ctx, tag):
+    start_client(ctx, G1_UL, "c.log")
+    got = wait_client_on(rep, tag, ctx, G2_UL, ESTABLISH_TIMEOUT,
+                         "esptun-client follows G1's redirect")
+    if not got:
         return
+    sa, st = got
     c = (st.get("ike") or {}).get("counters") or {}
     rep.check(c.get("redirects_followed") == 1 and in_net((sa.get("virtual_ips") or ["0.0.0.0"])[0],
                                                           G2_POOL),
@@ -280,16 +293,9 @@ def case_charon_redirects_client(rep, ctx, tag):
     ctx.sg = strongswan.Charon(ctx.ns["sg"], os.path.join(ctx.tmp, "sg"), cfg, tag="sg")
     ctx.logs.append(ctx.sg.log)
     ctx.sg.start()
-    path = client_config(ctx, SG_UL)
-    ctx.client = esptun_proc.Endpoint(ctx.build, ctx.ns["c"], path,
-                                      os.path.join(ctx.tmp, "c2.log"), "client")
-    ctx.client.start()
-    try:
-        netns.wait_until(lambda: client_on(ctx, SG_UL), ESTABLISH_TIMEOUT, interval=0.1,
-                         what="esptun-client established with charon")
-    except TestError as e:
-        rep.check(False, f"[{tag}] {e}", netns.tail(ctx.client.log, 30) + "\n" +
-                  netns.tail(ctx.sg.log, 30))
+    start_client(ctx, SG_UL, "c2.log")
+    if not wait_client_on(rep, tag, ctx, SG_UL, ESTABLISH_TIMEOUT,
+                          "esptun-client connects to charon"):
         return
     res = ping_lib.run(ctx.ns["c"], SG_IN, count=PINGS, deadline=PING_DEADLINE)
     ping_lib.expect_replies(rep, f"[{tag}] esptun-client pings {SG_IN} through charon", res, PINGS)
@@ -297,13 +303,11 @@ def case_charon_redirects_client(rep, ctx, tag):
     rep.check(p.returncode == 0, f"[{tag}] swanctl --redirect --peer-ip {C_UL} --gateway {G2_UL}",
               (p.stdout + p.stderr).strip()[-400:])
     t0 = time.monotonic()
-    try:
-        sa, st = netns.wait_until(lambda: client_on(ctx, G2_UL), MOVE_TIMEOUT, interval=0.1,
-                                  what="esptun-client established with G2")
-    except TestError as e:
-        rep.check(False, f"[{tag}] esptun-client follows charon's REDIRECT: {e}",
-                  netns.tail(ctx.client.log, 30))
+    got = wait_client_on(rep, tag, ctx, G2_UL, MOVE_TIMEOUT,
+                         "esptun-client follows charon's REDIRECT")
+    if not got:
         return
+    sa, st = got
     c = (st.get("ike") or {}).get("counters") or {}
     rep.check(c.get("redirects_followed") == 1,
               f"[{tag}] esptun-client moved to {sa.get('remote')} in {time.monotonic() - t0:.1f} s "
@@ -388,16 +392,7 @@ def body(rep, build):
                  ("case 4: esptun-client follows G1's IKE_SA_INIT redirect", case_client_init),
                  ("case 5: charon as gateway redirects esptun-client to G2",
                   case_charon_redirects_client)]
-        for n, (title, fn) in enumerate(steps):
-            rep.section(title)
-            t0 = time.monotonic()
-            tag = f"case {n + 1}"
-            try:
-                fn(rep, ctx, tag)
-            except TestError as e:
-                first, _, rest = str(e).partition("\n")
-                rep.check(False, f"[{tag}] {first}", rest.strip()[:2000])
-            rep.info(f"{tag} took {time.monotonic() - t0:.1f} s")
+        rep.run_cases(steps, ctx)
     finally:
         rep.section("end: stop everything")
         teardown(rep, ctx)

@@ -725,18 +725,7 @@ def body(rep, build):
                  ("case 5: users file edited, reload", case_users_reload)]
         only = os.environ.get("ESPTUN_IKE_CASES", "").strip()
         chosen = {int(x) for x in only.split(",") if x.strip()} | {1} if only else None
-        for n, (title, fn) in enumerate(steps):
-            if chosen is not None and n + 1 not in chosen:
-                continue
-            rep.section(title)
-            t0 = time.monotonic()
-            tag = f"case {n + 1}"
-            try:
-                fn(rep, ctx, tag)
-            except TestError as e:
-                first, _, rest = str(e).partition("\n")
-                rep.check(False, f"[{tag}] {first}", rest.strip()[:2000])
-            rep.info(f"{tag} took {time.monotonic() - t0:.1f} s")
+        rep.run_cases(steps, ctx, only=chosen)
     finally:
         rep.section("end: stop everything")
         t0 = time.monotonic()
