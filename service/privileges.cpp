@@ -35,17 +35,18 @@ void hand_over_state_dir(const std::string& dir, const platform::RunAs& who) {
 
 /**
  * keep_dns_tools_root() - an IKE client may be handed DNS servers, whose
- * tools need root (dns_helper.hpp): fork the helper that keeps it, while
- * there is still one thread and root, and route LinkDns through it. It
- * lives as long as the process, past the IKE service's restore() at exit.
+ * tools need root (dns_helper.hpp): keep the helper forked before the
+ * config was read (@early; else fork it now, while there is still one
+ * thread and root) and route LinkDns through it. It lives as long as the
+ * process, past the IKE service's restore() at exit.
  */
-void keep_dns_tools_root(const conf::Config& config) {
+void keep_dns_tools_root(const conf::Config& config, std::unique_ptr<DnsHelper> early) {
 	if (config.role != conf::Role::client ||
 	    std::none_of(config.peers.begin(), config.peers.end(),
 	                 [](const auto& p) { return p.ike.has_value(); }))
-		return;
+		return; // @early, if any, ends here
 	static std::unique_ptr<DnsHelper> helper;
-	helper = DnsHelper::start();
+	helper = early ? std::move(early) : DnsHelper::start();
 	set_dns_tool_runner(
 	    [h = helper.get()](const std::vector<std::string>& argv, const std::string& input,
 	                       std::chrono::milliseconds timeout) { return h->run(argv, input, timeout); });
@@ -53,7 +54,7 @@ void keep_dns_tools_root(const conf::Config& config) {
 
 } // namespace
 
-void drop_privileges(const conf::Config& config) {
+void drop_privileges(const conf::Config& config, std::unique_ptr<DnsHelper> dns) {
 	const conf::TunnelConfig& tc = config.tunnel;
 	if (!tc.drop_privileges) {
 		log::info("privileges: kept (drop_privileges = false): running as uid " +
@@ -63,7 +64,7 @@ void drop_privileges(const conf::Config& config) {
 	}
 	const platform::RunAs who = platform::lookup_user(tc.user);
 	if (who.uid != 0) hand_over_state_dir(tc.state_dir, who);
-	keep_dns_tools_root(config);
+	keep_dns_tools_root(config, std::move(dns));
 	platform::drop_to_user(who);
 	log::debug("privileges: now uid " + std::to_string(who.uid) + ", gid " + std::to_string(who.gid) +
 	           ", capabilities left: cap_net_admin");

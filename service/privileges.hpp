@@ -4,7 +4,11 @@
 
 #include "conf/config.hpp"
 
+#include <memory>
+
 namespace esptun::service {
+
+class DnsHelper;
 
 /**
  * drop_privileges() - step 9 of run_service(), after everything that needs
@@ -12,9 +16,11 @@ namespace esptun::service {
  * starts: unless [tunnel] drop_privileges = false, hand the state_dir to
  * [tunnel] user, become that user with CAP_NET_ADMIN only, set
  * no_new_privs and install the seccomp allow-list. Logs one line saying what
- * remains. Throws (SystemError, std::runtime_error) when any part fails: an
- * endpoint never runs with less protection than it was configured for.
+ * remains. An IKE client keeps @dns (start_helpers(); started here if null)
+ * to run its DNS tools as root; otherwise @dns is ended. Throws
+ * (SystemError, std::runtime_error) when any part fails: an endpoint never
+ * runs with less protection than it was configured for.
  */
-void drop_privileges(const conf::Config& config);
+void drop_privileges(const conf::Config& config, std::unique_ptr<DnsHelper> dns = nullptr);
 
 } // namespace esptun::service

@@ -13,6 +13,7 @@
 #include "service/config_reader.hpp"
 #include "service/control.hpp"
 #include "service/control_loop.hpp"
+#include "service/dns_helper.hpp"
 #include "service/ike_service.hpp"
 #include "service/json_io.hpp"
 #include "service/log.hpp"
@@ -29,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <unistd.h>
 
 namespace esptun::service {
 
@@ -197,13 +199,15 @@ std::function<std::string()> status_source(const ServiceInfo& info, const Worker
 	};
 }
 
-/// open_config_reader() - how a reload reads the config: through a root
-/// helper when the gateway drops privileges, directly otherwise; none for a
-/// client, which does not reload.
-std::unique_ptr<ConfigReader> open_config_reader(const conf::Config& config) {
+/// open_config_reader() - how a reload reads the config: through the root
+/// helper (@early, forked before the config was read; else now) when the
+/// gateway drops privileges, directly otherwise; none for a client, which
+/// does not reload. An @early it does not use ends here.
+std::unique_ptr<ConfigReader> open_config_reader(const conf::Config& config,
+                                                 std::unique_ptr<ConfigReader> early) {
 	if (config.role != conf::Role::gateway) return nullptr;
 	if (!config.tunnel.drop_privileges) return ConfigReader::direct(config.source, config.role);
-	return ConfigReader::start(config.source, config.role);
+	return early ? std::move(early) : ConfigReader::start(config.source, config.role);
 }
 
 /// reload_answer() - run a reload for @who ("SIGHUP", "control socket"),
@@ -269,7 +273,22 @@ void shut_down(IkeService* ike, WorkerThreads& threads, SeqState& seq_state, con
 
 } // namespace
 
-void run_service(const conf::Config& config, const std::string& program) {
+EarlyHelpers::EarlyHelpers() = default;
+EarlyHelpers::EarlyHelpers(EarlyHelpers&&) noexcept = default;
+EarlyHelpers& EarlyHelpers::operator=(EarlyHelpers&&) noexcept = default;
+EarlyHelpers::~EarlyHelpers() = default;
+
+EarlyHelpers start_helpers(conf::Role role, const std::filesystem::path& config_path) {
+	EarlyHelpers h;
+	if (::geteuid() != 0) return h;
+	if (role == conf::Role::gateway)
+		h.config_reader = ConfigReader::start(config_path, role);
+	else
+		h.dns = DnsHelper::start();
+	return h;
+}
+
+void run_service(const conf::Config& config, const std::string& program, EarlyHelpers helpers) {
 	const conf::TunnelConfig& tc = config.tunnel;
 	ControlLoop loop; // catches SIGINT/SIGTERM from here on
 	ServiceInfo info = first_facts(config, program);
@@ -296,17 +315,15 @@ void run_service(const conf::Config& config, const std::string& program) {
 	// 8. The control socket, and reloads through it and SIGHUP (gateway).
 	ControlServer control(loop.io, tc.control_socket, status_source(info, workers, table));
 	// A gateway reads its config again after the privilege drop through a
-	// helper that stays root (service/config_reader.hpp); forked here, while
-	// the process has one thread, and after the reloader's copy of the
-	// config: every page the parent writes after a fork is copied first (a
-	// fault each), which with 10,000 peers cost more than adding their routes.
-	std::unique_ptr<ConfigReader> config_reader;
+	// helper that stays root (service/config_reader.hpp), forked before the
+	// config was read (EarlyHelpers says why).
+	std::unique_ptr<ConfigReader> config_reader =
+	    open_config_reader(config, std::move(helpers.config_reader));
 	Reloader reloader(config, {table, seq_state, ike.get(), routes, workers[0]->queue.ifindex},
 	                  [&config_reader] { return config_reader->load(); });
-	config_reader = open_config_reader(config);
 	enable_reload(config, loop, control, reloader);
 	// 8b. Give up root: CAP_NET_ADMIN, no_new_privs, seccomp (before any thread starts).
-	drop_privileges(config);
+	drop_privileges(config, std::move(helpers.dns));
 	// 9. The data-path threads, and the control loop's timers.
 	WorkerThreads threads(workers, loop.io, loop.stop.get());
 	SeqRefresh seq_refresh(loop.io, table, seq_state);

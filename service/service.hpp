@@ -9,6 +9,8 @@
 #include "tunnel/sa.hpp"
 
 #include <chrono>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,14 +61,46 @@ struct ServiceInfo {
  */
 std::string render_status(const ServiceInfo& info, const DataPathStats& stats, const tunnel::SaTable& table);
 
+class ConfigReader;
+class DnsHelper;
+
+/**
+ * EarlyHelpers - the root helpers an endpoint keeps after it drops
+ * privileges, forked before the config is read. A child gets a copy of
+ * its parent's memory as it is at the fork, and keeps it for as long as
+ * it lives: forked later, a helper would hold every key and PSK the
+ * endpoint had loaded, and go on holding those the endpoint wipes when a
+ * reload removes them.
+ */
+struct EarlyHelpers {
+	std::unique_ptr<ConfigReader> config_reader; ///< gateway: reads the config for reloads
+	std::unique_ptr<DnsHelper> dns;              ///< client: runs the DNS tools as root
+	EarlyHelpers();
+	EarlyHelpers(EarlyHelpers&&) noexcept;
+	EarlyHelpers& operator=(EarlyHelpers&&) noexcept;
+	~EarlyHelpers();
+};
+
+/**
+ * start_helpers() - fork the helpers a @role endpoint may need
+ * @config_path: the config file the gateway's reader will read
+ *
+ * Call before the config is loaded, while the process has one thread. A
+ * process that is not root gets none (it has no root to keep). run_service()
+ * drops those the config turns out not to need.
+ * Throws SystemError when a fork fails.
+ */
+EarlyHelpers start_helpers(conf::Role role, const std::filesystem::path& config_path);
+
 /**
  * run_service() - set up, forward until SIGINT/SIGTERM, tear down
  * @config:  a validated config
  * @program: name for logs and the status JSON
+ * @helpers: from start_helpers() (none: forked here, after the config)
  *
  * Throws on set-up failure (after undoing what was already set up);
  * returns normally after a clean shutdown.
  */
-void run_service(const conf::Config& config, const std::string& program);
+void run_service(const conf::Config& config, const std::string& program, EarlyHelpers helpers = {});
 
 } // namespace esptun::service

@@ -283,10 +283,15 @@ int cli_main(conf::Role role, int argc, char** argv) {
 		platform::disable_core_dumps();
 		if (args.verb == "reload") return reload(args, role, program);
 		if (args.verb == "status" || args.verb == "show") return query(args, role);
+		// The root helpers a running endpoint keeps, before the config's keys
+		// are in memory (service.hpp, EarlyHelpers, says why).
+		service::EarlyHelpers helpers;
+		if (args.verb == "run" || args.verb == "up")
+			helpers = service::start_helpers(role, args.config);
 		conf::Config config = conf::load_config(args.config, role);
 		if (args.verb == "check") return check(config);
 		if (args.verb == "cleanup") return cleanup(config, program);
-		service::run_service(config, program);
+		service::run_service(config, program, std::move(helpers));
 		return 0;
 	} catch (const conf::ConfigError& e) {
 		std::fprintf(stderr, "%s\n", e.what());

@@ -6,7 +6,10 @@
 # the client's CHILD_SA and IKE SA rekey, and both stop cleanly (routes and
 # addresses removed with the CAP_NET_ADMIN they kept). Then the opt-out:
 # with drop_privileges = false the same gateway keeps root, its
-# capabilities and no filter.
+# capabilities and no filter. The root helpers (the gateway's config reader
+# for reloads, the client's DNS helper) hold no copy of the PSK: the search
+# of memory that finds it in the gateway and the client must not find it in
+# them.
 #
 #      netns C (et-priv-PID-c)                  netns G (et-priv-PID-g)
 #    +--------------------------------+       +--------------------------------+
@@ -26,6 +29,7 @@
 
 import os
 import pwd
+import subprocess
 import sys
 import time
 
@@ -125,6 +129,70 @@ def build(ctx, drop=True):
     return g, c, gw, cl
 
 
+def memory_holds(pid, needle):
+    """memory_holds() - whether the private writable memory of process pid
+    (heap, anonymous and data mappings: /proc/PID/maps and /proc/PID/mem,
+    which root may read though the process is not dumpable) holds needle."""
+    found = False
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            fields = line.split()
+            if len(fields) < 2 or not fields[1].startswith("rw"):
+                continue
+            if len(fields) >= 6 and fields[5] in ("[vvar]", "[vsyscall]"):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            try:
+                mem.seek(start)
+                found = needle in mem.read(end - start)
+            except (OSError, OverflowError, ValueError):
+                continue  # a mapping that went away or cannot be read
+            if found:
+                return True
+    return False
+
+
+def helper_of(pid, name):
+    """The pid of a root helper of process pid (its child named name: the
+    gateway's config reader, the client's DNS helper), or None."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == pid:
+            continue
+        try:
+            st = proc_status(int(entry))
+        except OSError:
+            continue
+        if st.get("PPid") == str(pid) and st.get("Name") == name:
+            return int(entry)
+    return None
+
+
+def check_helpers_hold_no_key(rep, gw, cl):
+    """The root helpers (the gateway's config reader, the client's DNS
+    helper) live as long as their process and must not hold a copy of the
+    keys it loaded: they start before the config is read."""
+    psk = PSK.encode()
+    for who, ep, name, helper in (("gateway", gw, "esptun-gateway", "config reader"),
+                                  ("client", cl, "esptun-client", "DNS helper")):
+        pid = helper_of(ep.proc.pid, name)
+        if not rep.check(pid is not None, f"{who}: its {helper} runs (a child process)"):
+            continue
+        rep.check(memory_holds(ep.proc.pid, psk),
+                  f"{who}: its own memory holds the PSK (so the search can find it)")
+        rep.check(not memory_holds(pid, psk),
+                  f"{who}'s {helper} (pid {pid}): its memory holds no copy of the PSK")
+        if who != "gateway":
+            continue
+        # A reload: the reader reads the config (the PSK with it) as root,
+        # and must not keep it once the answer has gone.
+        p = subprocess.run(ep.ns.cmd(ep.binary, "reload", "-c", ep.config), capture_output=True,
+                           text=True, timeout=20)
+        rep.check(p.returncode == 0, f"gateway: reload (exit {p.returncode})",
+                  (p.stdout + p.stderr).strip())
+        rep.check(not memory_holds(pid, psk),
+                  f"gateway's {helper}: after the reload its memory holds no copy of the PSK")
+
+
 def wait_rekeyed(cl):
     def ready():
         if not cl.alive():
@@ -148,6 +216,7 @@ def dropped_case(rep, ctx):
         rep.check(line is not None and "cap_net_admin" in line and "seccomp" in line,
                   f"{who} log: {line!r}", netns.tail(ep.log, 15))
     ping.expect_replies(rep, "ping C -> gateway through the tunnel", ping.run(c, GW_IN), 3)
+    check_helpers_hold_no_key(rep, gw, cl)
     sa = wait_rekeyed(cl)
     rep.info(f"client: child_rekeys {sa.get('child_rekeys')}, ike_rekeys {sa.get('ike_rekeys')}")
     ping.expect_replies(rep, "ping C -> gateway after the rekeys", ping.run(c, GW_IN), 3)
