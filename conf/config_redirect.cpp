@@ -2,7 +2,7 @@
 // gateways instead of serving them (IKE Redirect, RFC 5685), and where (see
 // config.hpp, RedirectConfig; the IKE service hands it to the engine).
 #include "conf/loader.hpp"
-#include "ike/engine.hpp"
+#include "conf/redirect.hpp"
 
 #include <algorithm>
 
@@ -13,18 +13,19 @@ constexpr RedirectWhen kRedirectWhens[] = {RedirectWhen::never, RedirectWhen::ca
                                            RedirectWhen::all};
 } // namespace
 
+// The same values in the same order as the engine's (checked here, where
+// both are seen), so the one spelling is the engine's.
+static_assert(int(RedirectWhen::never) == int(ike::RedirectPolicy::When::never) &&
+              int(RedirectWhen::capacity) == int(ike::RedirectPolicy::When::capacity) &&
+              int(RedirectWhen::share) == int(ike::RedirectPolicy::When::share) &&
+              int(RedirectWhen::all) == int(ike::RedirectPolicy::When::all));
+
+ike::RedirectPolicy::When engine_when(RedirectWhen w) noexcept {
+	return static_cast<ike::RedirectPolicy::When>(w);
+}
+
 std::string_view redirect_when_name(RedirectWhen w) noexcept {
-	switch (w) {
-	case RedirectWhen::never:
-		return "never";
-	case RedirectWhen::capacity:
-		return "capacity";
-	case RedirectWhen::share:
-		return "share";
-	case RedirectWhen::all:
-		return "all";
-	}
-	return "?";
+	return ike::redirect_when_name(engine_when(w));
 }
 
 namespace detail {
