@@ -22,7 +22,8 @@
 #  2. maintenance: G1's [redirect] becomes when = "all" and `esptun-gateway
 #     reload` applies it (the reply names it, the status shows it, no peer
 #     changed): G1 sends charon a REDIRECT by INFORMATIONAL (counter
-#     redirects_established 1; charon's log shows it parsed the request as
+#     redirects_established 1, in `show`'s redirect line and in the
+#     Prometheus output too; charon's log shows it parsed the request as
 #     [ N(REDIR) ]); charon connects to G2 on its own, gets a G2
 #     pool address and pings 10.91.2.1; G1 holds no IKE SA of it within the
 #     grace (charon deleted it, or G1 did after 30 s: which one is reported).
@@ -46,6 +47,7 @@
 """IKE Redirect (RFC 5685): esptun gateways and strongSwan, both directions."""
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -191,6 +193,19 @@ def case_maintenance(rep, ctx, tag):
               f"(an address of {G2_POOL})", str(ike.raw)[:800])
     c = counters(ctx.g1)
     rep.equal(c.get("redirects_established"), 1, f"[{tag}] G1 redirects_established")
+    # What an operator reads: `show` names the policy, Prometheus the counter.
+    sock = os.path.join(ctx.tmp, "g1.sock")
+    gw_bin = os.path.join(ctx.build, "esptun-gateway")
+    show = ctx.ns["g1"].run(gw_bin, "show", "-s", sock, check=False).stdout
+    want = f"all, to {G2_UL}; established clients at 100/s"
+    rep.check(any(ln.strip().startswith("redirect") and want in ln for ln in show.splitlines()),
+              f"[{tag}] G1's show has the line: redirect {want}", show[-1500:])
+    prom = ctx.ns["g1"].run(gw_bin, "status", "-s", sock, "--format", "prometheus",
+                            check=False).stdout
+    rep.check(re.search(r'^esptun_ike_events_total\{[^}]*event="redirects_established"[^}]*\} 1$',
+                        prom, re.M) is not None,
+              f"[{tag}] G1's Prometheus output counts redirects_established 1",
+              "\n".join(ln for ln in prom.splitlines() if "redirect" in ln)[:800])
     line = ctx.sw.log_search(r"parsed INFORMATIONAL request \d+ \[ N\(REDIR\) \]")
     rep.check(line is not None, f"[{tag}] charon parsed G1's REDIRECT: {(line or '').strip()}",
               netns.tail(ctx.sw.log, 40))
