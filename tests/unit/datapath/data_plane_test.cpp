@@ -520,8 +520,10 @@ TEST_CASE(
 		auto pkt = ipv4_packet(0x0a630001, 0x0a630002, 972); // bulk, Not-ECT
 		r.send(r.seal(pkt));
 		q.not_ect_sent++;
-		usleep(3000); // waits 3 ms, alone
+		// Seen queued (so stamped: a loaded machine may queue it late),
+		// then left there 3 ms, alone.
 		REQUIRE(test::wait_readable(r.udp_b.fd()));
+		usleep(3000);
 		r.plane_b.inbound_batch();
 		std::vector<uint8_t> out(2048);
 		for (ssize_t n; (n = read(r.tun_b.test_end.get(), out.data(), out.size())) > 0;)
