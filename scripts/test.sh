@@ -83,7 +83,17 @@ run_ctest() {
 	local closing
 	closing=$(grep -E '^[0-9]+% tests passed' "$logdir/ctest.log" | tail -n 1)
 	[[ -n "$closing" ]] && ctest_closing+="  $dir: $closing"$'\n'
+	collect_failures "$dir" "$logdir/ctest.log"
 	return "$rc"
+}
+
+# collect_failures() - keep the lines of ctest log $2 (from build dir $1)
+# that say what failed: ctest's verdicts, doctest's failed checks with their
+# values, the netns tests' FAIL lines, sanitizer reports. The summary repeats
+# them, so the end of a long log says why and not only that a test failed.
+collect_failures() {
+	grep -E -A1 '\*\*\*(Failed|Timeout|Exception)|: ERROR: |^ *FAIL |(Address|Leak|Undefined)Sanitizer|runtime error:' "$2" |
+		grep -v '^--$' | sed "s|^|  $1: |" >>"$logdir/failures.txt"
 }
 
 # targets_named() - the build targets of build dir $1 whose names start with $2
@@ -217,6 +227,7 @@ finish_package() {
 	echo "=== ctest build/ -L package (background): its output"
 	cat "$logdir/package.log"
 	closing=$(grep -E '^[0-9]+% tests passed' "$logdir/package.log" | tail -n 1)
+	collect_failures "build (package)" "$logdir/package.log"
 	[[ -n "$closing" ]] && ctest_closing+="  build (package): $closing"$'\n'
 	record "$(cat "$logdir/package.rc")" "ctest build/ -L package (background)" "$1"
 }
@@ -290,6 +301,10 @@ done
 if [[ -n "$ctest_closing" ]]; then
 	echo "ctest:"
 	printf '%s' "$ctest_closing"
+fi
+if ((failed)) && [[ -s "$logdir/failures.txt" ]]; then
+	echo "what failed (the first 60 lines; the full output is above):"
+	head -n 60 "$logdir/failures.txt"
 fi
 if ((failed)); then
 	echo "test.sh: FAILED"
