@@ -11,14 +11,14 @@
 #include "apps/bench/demo/demo.hpp"
 
 #include "apps/bench/demo/gateway_config.hpp"
-#include "apps/bench/demo/gateway_process.hpp"
-#include "apps/bench/demo/tcp_transfer.hpp"
 #include "apps/bench/lab/cli.hpp"
+#include "apps/bench/lab/gateway_process.hpp"
 #include "apps/bench/lab/netns_pair.hpp"
 #include "apps/bench/lab/ping.hpp"
 #include "apps/bench/lab/process.hpp"
 #include "apps/bench/lab/run_info.hpp"
 #include "apps/bench/lab/sa_keys.hpp"
+#include "apps/bench/lab/tcp_transfer.hpp"
 #include "apps/bench/lab/temp_dir.hpp"
 
 #include <climits>

@@ -9,11 +9,12 @@
 // generator, read them again and ask the responder how many IKE SAs it holds.
 #include "apps/bench/ike_load/ike_load.hpp"
 
-#include "apps/bench/demo/gateway_process.hpp"
 #include "apps/bench/ike_load/generator.hpp"
+#include "apps/bench/ike_load/site.hpp"
 #include "apps/bench/lab/charon.hpp"
 #include "apps/bench/lab/cli.hpp"
 #include "apps/bench/lab/command.hpp"
+#include "apps/bench/lab/gateway_process.hpp"
 #include "apps/bench/lab/netns_pair.hpp"
 #include "apps/bench/lab/proc_stats.hpp"
 #include "apps/bench/lab/process.hpp"
@@ -63,7 +64,8 @@ struct Options {
 	std::vector<std::string> responders{"esptun", "strongswan"};
 	std::vector<std::string> groups{"x25519", "ecp256"};
 	bool quick = false;
-	std::string storm; ///< "", "kill" or "stop"
+	std::string storm;            ///< "", "kill" or "stop"
+	uint64_t transfer_mbit = 200; ///< the storm's transfer through a site (0: none)
 	std::string json_file;
 	CLI::Option* json = nullptr;
 	std::string gateway;
@@ -93,9 +95,10 @@ std::string psk_hex(const SecretBytes& psk) { return hex0x(declassify(psk)); }
 
 class EsptunResponder final : public Responder {
 public:
+	/// @site_peer: a [[peer]] more for the config (the storm's site), or ""
 	EsptunResponder(const std::string& netns, const std::string& binary, const TempDir& tmp,
-	                const LoadPlan& plan, const std::string& group)
-	    : gw_("R", netns, binary, write_config(tmp, plan, group), tmp.file("gateway.log"),
+	                const LoadPlan& plan, const std::string& group, const std::string& site_peer)
+	    : gw_("R", netns, binary, write_config(tmp, plan, group, site_peer), tmp.file("gateway.log"),
 	          tmp.file("gateway.sock")) {
 		const auto deadline = Clock::now() + Millis(60000);
 		while (!gw_.status()) {
@@ -126,7 +129,8 @@ public:
 	std::string log_end() const override { return gw_.log_tail(); }
 
 private:
-	static std::string write_config(const TempDir& tmp, const LoadPlan& plan, const std::string& group) {
+	static std::string write_config(const TempDir& tmp, const LoadPlan& plan, const std::string& group,
+	                                const std::string& site_peer) {
 		std::ostringstream t;
 		t << "# esptun-bench ike-load: the responder (generated; keys are random per run)\n"
 		  << "[tunnel]\n"
@@ -142,6 +146,7 @@ private:
 			  << "\"\npsk = \"" << psk_hex(plan.psks[i]) << "\"\nallowed_ips = [\""
 			  << to_string(client_inner(i)) << "/32\"]\nike_proposals = [\""
 			  << ike_proposal(group) << "\"]\nesp_proposals = [\"" << kEspProposal << "\"]\n";
+		if (!site_peer.empty()) t << "\n" << site_peer;
 		const std::string path = tmp.file("gateway-" + group + ".toml");
 		std::error_code ec;
 		std::filesystem::remove(path, ec); // a restart writes it again
@@ -149,7 +154,7 @@ private:
 		return path;
 	}
 
-	demo::GatewayProcess gw_;
+	GatewayProcess gw_;
 };
 
 // --- strongSwan charon ---------------------------------------------------------
@@ -258,6 +263,8 @@ struct Row {
 	double storm_cpu_s = 0;
 	size_t storm_sas = 0;
 	Json storm_counters = Json::object();
+	/// The transfer through the site across the restart and the storm.
+	std::optional<TransferFigures> transfer;
 	std::string error;
 
 	double rate() const { return load.seconds > 0 ? double(load.established) / load.seconds : 0; }
@@ -317,6 +324,7 @@ Json row_json(const Row& r, size_t clients) {
 		                  {"datagrams_in", s->datagrams_in},
 		                  {"failures", s->failures},
 		                  {"responder_counters", r.storm_counters}};
+		if (r.transfer) j["storm"]["transfer"] = r.transfer->to_json();
 	}
 	if (!r.error.empty()) j["error"] = r.error;
 	return j;
@@ -343,6 +351,7 @@ void print_row(const Row& r) {
 		    percentile(s->setup_ms, 0.99), s->failed, r.storm_sas, r.storm_cpu_s);
 		for (const std::string& f : s->failures)
 			std::fprintf(g_out, "      storm failed: %s\n", f.c_str());
+		if (r.transfer) std::fprintf(g_out, "      transfer: %s\n", r.transfer->text().c_str());
 	}
 }
 
@@ -409,8 +418,9 @@ LoadResult run_generator(const std::string& gen_ns, LoadPlan plan, Millis limit,
  *         at once; "" for none
  */
 void measure(Row& row, const std::function<std::unique_ptr<Responder>()>& make, const std::string& gen_ns,
-             const LoadPlan& plan, const std::string& storm) {
+             const LoadPlan& plan, const std::string& storm, Site* site, uint64_t transfer_mbit) {
 	std::unique_ptr<Responder> resp;
+	Clock::time_point killed, restarted, storm_start;
 	try {
 		resp = make();
 		sleep_for(Millis(300)); // start-up work done before the first message
@@ -426,6 +436,8 @@ void measure(Row& row, const std::function<std::unique_ptr<Responder>()>& make, 
 		if (!storm.empty())
 			between = [&] {
 				after_load();
+				if (site) site->start_transfer(transfer_mbit);
+				killed = Clock::now();
 				if (storm == "kill") {
 					resp->kill();
 				} else if (const std::string stopped = resp->stop(); !stopped.empty()) {
@@ -433,10 +445,20 @@ void measure(Row& row, const std::function<std::unique_ptr<Responder>()>& make, 
 				}
 				resp.reset();
 				resp = make();
+				restarted = Clock::now();
+				// The clients come back once the transfer runs again, so the
+				// storm meets a data path at work (TCP's retransmission
+				// timer, not the storm, decides when that is).
+				if (site && !site->wait_resumed(Millis(20000)))
+					row.error = "the transfer through the site did not resume within 20 "
+					            "s of the restart";
+				storm_start = Clock::now();
 			};
 		const Millis limit =
 		    Millis(60000) + plan.client_timeout * (plan.clients() / plan.concurrency + 2);
 		row.load = run_generator(gen_ns, plan, limit, between);
+		if (site && row.load.storm)
+			row.transfer = site->finish(killed, restarted, storm_start, row.load.storm->seconds);
 		if (storm.empty()) {
 			after_load();
 		} else {
@@ -498,6 +520,12 @@ int run(const Options& opt) {
 		run_command({"ip", "-n", topo.a(), "addr", "add", a + "/24", "dev", "ikl-g"});
 		plan.sources.push_back(*parse_ip(a));
 	}
+	// The storm's bystander, for esptun-gateway (charon has no static keys
+	// on this host: its data path is kernel-libipsec's, driven by IKE).
+	std::unique_ptr<Site> site;
+	if (want_esptun && !opt.storm.empty() && opt.transfer_mbit)
+		site = std::make_unique<Site>(std::string(kPrefix) + run_id + "-t", topo.b(), kResponderAddr,
+		                              gateway, tmp);
 
 	std::fprintf(g_out, "  %-10s %-7s %6s %5s %7s %9s %8s %8s %9s %8s %9s\n", "responder", "group", "ok",
 	             "fail", "its SAs", "hs/s", "p50 ms", "p99 ms", "CPU ms/hs", "RSS MiB", "KiB/clnt");
@@ -513,10 +541,11 @@ int run(const Options& opt) {
 				measure(
 				    row,
 				    [&] {
-					    return std::make_unique<EsptunResponder>(topo.b(), gateway, tmp,
-					                                             plan, group);
+					    return std::make_unique<EsptunResponder>(
+					        topo.b(), gateway, tmp, plan, group,
+					        site ? site->responder_peer() : "");
 				    },
-				    topo.a(), plan, opt.storm);
+				    topo.a(), plan, opt.storm, site.get(), opt.transfer_mbit);
 			} else {
 				row.version = charon_version;
 				measure(
@@ -525,7 +554,7 @@ int run(const Options& opt) {
 					    return std::make_unique<CharonResponder>(topo.b(), tmp, plan,
 					                                             group);
 				    },
-				    topo.a(), plan, opt.storm);
+				    topo.a(), plan, opt.storm, nullptr, 0);
 			}
 			print_row(row);
 		}
@@ -555,6 +584,7 @@ int run(const Options& opt) {
 		if (!opt.storm.empty() &&
 		    (!r.load.storm || r.load.storm->failed || r.storm_sas != r.load.storm->established))
 			ok = false;
+		if (r.transfer && !r.transfer->ok()) ok = false;
 	}
 	if (opt.json->count()) write_json(doc, opt.json_file);
 	return ok ? 0 : 1;
@@ -587,9 +617,11 @@ cli::Verb add_ike_load(CLI::App& bench, const std::string& command_line) {
 	    "the first start to the last CHILD_SA, p50/p99 setup time, failures, the\n"
 	    "responder's own count of IKE SAs, its CPU time per handshake and its RSS\n"
 	    "before and after (KiB per client). --storm: then the responder is SIGKILLed\n"
-	    "or stopped and started again, and every client reconnects at once. Exit\n"
-	    "status 1 unless every client of every responder got its CHILD_SA (and came\n"
-	    "back). Needs root.");
+	    "or stopped and started again, and every client reconnects at once; with\n"
+	    "esptun-gateway a TCP transfer through a site with static keys runs across\n"
+	    "the restart and the storm (--transfer). Exit status 1 unless every client of\n"
+	    "every responder got its CHILD_SA (and came back) and the transfer arrived\n"
+	    "intact and moved again after the restart. Needs root.");
 	verb->add_flag("--quick", opt->quick, "300 clients (default 2000)");
 	verb->add_option("--clients", opt->clients, "clients per responder and group")
 	    ->type_name("N")
@@ -625,6 +657,12 @@ cli::Verb add_ike_load(CLI::App& bench, const std::string& command_line) {
 	                 "again and reconnect every client at once")
 	    ->type_name("kill|stop")
 	    ->check(CLI::IsMember({"kill", "stop"}));
+	verb->add_option("--transfer", opt->transfer_mbit,
+	                 "with --storm: pace the TCP transfer through esptun-gateway's site at MBIT "
+	                 "Mbit/s; 0: no transfer")
+	    ->type_name("MBIT")
+	    ->check(cli::between(0, 100000))
+	    ->default_str("200");
 	verb->add_option("--gateway", opt->gateway, "the esptun-gateway program")->type_name("PATH");
 	opt->json = add_json_option(*verb, opt->json_file);
 	return {verb, [verb, opt] { return run_ike_load(*verb, *opt); }};

@@ -1,4 +1,4 @@
-// One esptun-gateway process run by the demo inside its namespace: start,
+// One esptun-gateway process inside its namespace (the demo's two, ike-load's responder): start,
 // readiness via `esptun-gateway status`, status JSON, clean stop.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-namespace esptun::bench::demo {
+namespace esptun::bench::lab {
 
 class GatewayProcess {
 public:
@@ -26,7 +26,7 @@ public:
 	 * status() - run `@binary status -c @config` (or `-s SOCKET`) and parse its JSON
 	 * Return: the status, or nullopt when the command failed (not running yet)
 	 */
-	std::optional<service::Json> status(lab::Millis timeout = lab::Millis(3000)) const;
+	std::optional<service::Json> status(Millis timeout = Millis(3000)) const;
 
 	/**
 	 * check_alive() - throw std::runtime_error, with the end of the gateway's
@@ -52,13 +52,13 @@ public:
 
 private:
 	std::string label_, netns_, binary_, config_, log_, control_socket_;
-	lab::Child child_;
+	Child child_;
 };
 
 /**
  * wait_until_ready() - poll both gateways' status until each answers
  * @timeout: give up then (throws, with the gateways' logs)
  */
-void wait_until_ready(GatewayProcess& a, GatewayProcess& b, lab::Millis timeout);
+void wait_until_ready(GatewayProcess& a, GatewayProcess& b, Millis timeout);
 
-} // namespace esptun::bench::demo
+} // namespace esptun::bench::lab

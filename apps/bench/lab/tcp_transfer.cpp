@@ -1,11 +1,12 @@
-// TCP bulk transfer for the demo: pseudo-random stream out, hash on both ends.
-#include "apps/bench/demo/tcp_transfer.hpp"
+// TCP bulk transfer for the demo and ike-load: pseudo-random stream out, hash on both ends.
+#include "apps/bench/lab/tcp_transfer.hpp"
 
 #include "base/error.hpp"
 #include "platform/unique_fd.hpp"
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <netinet/in.h>
 #include <poll.h>
@@ -15,9 +16,8 @@
 #include <unistd.h>
 #include <vector>
 
-namespace esptun::bench::demo {
+namespace esptun::bench::lab {
 
-using namespace lab;
 namespace {
 
 constexpr size_t kChunk = 256 * 1024;
@@ -82,6 +82,18 @@ size_t recv_some(int fd, std::span<uint8_t> buf) {
 	}
 }
 
+/// steady_ns() - the steady clock in ns (one clock for every process here)
+int64_t steady_ns() noexcept {
+	return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+/// stop_asked() - @fd (when set) is readable: a byte or the writer gone
+bool stop_asked(int fd) noexcept {
+	if (fd < 0) return false;
+	pollfd p{fd, POLLIN, 0};
+	return ::poll(&p, 1, 0) == 1;
+}
+
 /// write_text() - write @s to a pipe; the reader is the parent process
 void write_text(int fd, const std::string& s) {
 	for (size_t off = 0; off < s.size();) {
@@ -118,9 +130,16 @@ int receive_stream(int report, const std::string& addr, uint16_t port, Millis id
 	StreamHash hash;
 	TransferSide side;
 	std::vector<uint8_t> buf(kChunk);
+	uint64_t next_note = TransferSide::kProgressStep;
 	while (size_t n = recv_some(conn.get(), buf)) {
 		hash.update(std::span(buf).first(n));
 		side.bytes += n;
+		if (side.bytes >= next_note) {
+			if (side.progress.size() < TransferSide::kMaxProgress)
+				side.progress.emplace_back(steady_ns(), side.bytes);
+			next_note = side.bytes - side.bytes % TransferSide::kProgressStep +
+			            TransferSide::kProgressStep;
+		}
 	}
 	side.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 	side.hash = hash.digest();
@@ -164,15 +183,21 @@ uint64_t StreamHash::digest() const noexcept {
 std::string TransferSide::to_text() const {
 	std::ostringstream out;
 	out.precision(17);
-	out << bytes << ' ' << hash << ' ' << seconds;
+	out << bytes << ' ' << hash << ' ' << seconds << ' ' << progress.size();
+	for (const auto& [t, b] : progress)
+		out << ' ' << t << ' ' << b;
 	return out.str();
 }
 
 TransferSide TransferSide::from_text(const std::string& text) {
 	std::istringstream in(text);
 	TransferSide s;
-	if (!(in >> s.bytes >> s.hash >> s.seconds))
+	size_t notes = 0;
+	if (!(in >> s.bytes >> s.hash >> s.seconds >> notes) || notes > kMaxProgress)
 		throw std::runtime_error("transfer: garbled child report");
+	s.progress.resize(notes);
+	for (auto& [t, b] : s.progress)
+		if (!(in >> t >> b)) throw std::runtime_error("transfer: garbled child report");
 	return s;
 }
 
@@ -208,10 +233,16 @@ TransferSide TcpReceiver::result(Millis timeout) {
 	return TransferSide::from_text(text);
 }
 
-TransferSide send_stream(const std::string& addr, uint16_t port, uint64_t bytes, Millis idle_timeout) {
+TransferSide send_stream(const std::string& addr, uint16_t port, uint64_t bytes, Millis idle_timeout,
+                         const SendOptions& opt) {
 	platform::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
 	if (!fd) throw_errno("socket");
 	set_timeouts(fd.get(), idle_timeout);
+	if (opt.pace_bytes_per_s) {
+		const uint64_t rate = opt.pace_bytes_per_s;
+		if (setsockopt(fd.get(), SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof rate) < 0)
+			throw_errno("SO_MAX_PACING_RATE");
+	}
 	sockaddr_in sa = make_addr(addr, port);
 	if (connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) < 0)
 		throw_errno("connect " + addr + ":" + std::to_string(port));
@@ -220,12 +251,14 @@ TransferSide send_stream(const std::string& addr, uint16_t port, uint64_t bytes,
 	uint64_t state = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(getpid());
 	StreamHash hash;
 	std::vector<uint8_t> buf(kChunk);
-	for (uint64_t left = bytes; left > 0;) {
-		auto chunk = std::span(buf).first(static_cast<size_t>(std::min<uint64_t>(left, kChunk)));
+	uint64_t sent = 0;
+	while (sent < bytes && !stop_asked(opt.stop_fd)) {
+		auto chunk =
+		    std::span(buf).first(static_cast<size_t>(std::min<uint64_t>(bytes - sent, kChunk)));
 		fill_random(chunk, state);
 		hash.update(chunk);
 		send_all(fd.get(), chunk);
-		left -= chunk.size();
+		sent += chunk.size();
 	}
 	if (shutdown(fd.get(), SHUT_WR) < 0) throw_errno("shutdown");
 
@@ -241,12 +274,35 @@ TransferSide send_stream(const std::string& addr, uint16_t port, uint64_t bytes,
 	}
 	TransferSide side;
 	side.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-	side.bytes = bytes;
+	side.bytes = sent;
 	side.hash = hash.digest();
-	if (answer != bytes)
+	if (answer != sent)
 		throw std::runtime_error("receiver counted " + std::to_string(answer) + " bytes, sent " +
-		                         std::to_string(bytes));
+		                         std::to_string(sent));
 	return side;
 }
 
-} // namespace esptun::bench::demo
+TcpSender::TcpSender(const std::string& netns, const std::string& addr, uint16_t port, uint64_t bytes,
+                     Millis idle_timeout, uint64_t pace_bytes_per_s)
+    : stop_(Pipe::make()), report_(Pipe::make()) {
+	child_ = fork_in_netns(netns, [&] {
+		stop_.write_end.reset();
+		report_.read_end.reset();
+		const SendOptions opt{pace_bytes_per_s, stop_.read_end.get()};
+		write_text(report_.write_end.get(),
+		           send_stream(addr, port, bytes, idle_timeout, opt).to_text());
+		return 0;
+	});
+	stop_.read_end.reset();
+	report_.write_end.reset();
+}
+
+TransferSide TcpSender::result(Millis timeout) {
+	stop();
+	std::string text = read_all(report_.read_end.get(), Clock::now() + timeout);
+	int st = child_.wait(Millis(5000));
+	if (!exited_ok(st)) throw std::runtime_error("TCP sender failed (" + describe_status(st) + ")");
+	return TransferSide::from_text(text);
+}
+
+} // namespace esptun::bench::lab

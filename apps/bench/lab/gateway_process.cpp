@@ -1,5 +1,5 @@
-// esptun-gateway as a child process of the demo.
-#include "apps/bench/demo/gateway_process.hpp"
+// esptun-gateway as a child process of a bench command.
+#include "apps/bench/lab/gateway_process.hpp"
 
 #include <csignal>
 #include <deque>
@@ -8,9 +8,8 @@
 #include <iterator>
 #include <unistd.h>
 
-namespace esptun::bench::demo {
+namespace esptun::bench::lab {
 
-using namespace lab;
 using service::Json;
 using service::parse_json;
 
@@ -105,4 +104,4 @@ void wait_until_ready(GatewayProcess& a, GatewayProcess& b, Millis timeout) {
 	}
 }
 
-} // namespace esptun::bench::demo
+} // namespace esptun::bench::lab
