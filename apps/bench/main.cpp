@@ -6,6 +6,7 @@
 #include "apps/bench/crypto_bench/crypto_bench.hpp"
 #include "apps/bench/demo/demo.hpp"
 #include "apps/bench/ike_load/ike_load.hpp"
+#include "apps/bench/peers/peers.hpp"
 #include "apps/bench/udp_engines/udp_engines.hpp"
 #include "apps/bench/vhost_counts/vhost_counts.hpp"
 #include "apps/cli/options.hpp"
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
 	    bench::compare::add_compare(*app, command_line),
 	    bench::udp_engines::add_udp_engines(*app),
 	    bench::ike_load::add_ike_load(*app, command_line),
+	    bench::peers::add_peers(*app, command_line),
 	};
 	const CLI::App* help = cli::add_verb(*app, "help", "this text");
 	app->footer("'esptun-bench COMMAND --help' lists a command's options.\n");

@@ -131,8 +131,9 @@ void Site::start_transfer(uint64_t mbit) {
 	pace_mbit_ = mbit;
 	// The receiver first: the sender's child must not hold its pipe.
 	rx_ = std::make_unique<TcpReceiver>(responder_ns_, kResponderInner, kPort, kIdle);
-	tx_ = std::make_unique<TcpSender>(ns_.name(), kResponderInner, kPort, UINT64_MAX, kIdle,
-	                                  mbit * 1000000 / 8);
+	SendOptions paced;
+	paced.pace_bytes_per_s = mbit * 1000000 / 8;
+	tx_ = std::make_unique<TcpSender>(ns_.name(), kResponderInner, kPort, UINT64_MAX, kIdle, paced);
 	const uint64_t before = rx_packets();
 	const auto deadline = Clock::now() + Millis(10000);
 	sleep_for(Millis(500));

@@ -52,4 +52,17 @@ uint64_t rss_kib(pid_t pid) {
 	throw std::runtime_error("process " + std::to_string(pid) + ": no VmRSS in /proc status");
 }
 
+double machine_busy_seconds() {
+	static const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+	std::ifstream in("/proc/stat");
+	std::string cpu;
+	double v[10] = {};
+	if (!(in >> cpu) || cpu != "cpu") throw std::runtime_error("/proc/stat: no cpu line");
+	for (double& x : v)
+		if (!(in >> x)) x = 0;
+	// user nice system idle iowait irq softirq steal guest guest_nice; the
+	// guest times are in user and nice already.
+	return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / ticks;
+}
+
 } // namespace esptun::bench::lab

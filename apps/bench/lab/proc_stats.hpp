@@ -20,4 +20,11 @@ double cpu_seconds(const std::vector<pid_t>& pids);
  */
 uint64_t rss_kib(pid_t pid);
 
+/**
+ * machine_busy_seconds() - CPU time the whole machine has spent not idle
+ * since boot (/proc/stat: every field but idle and iowait), summed over
+ * its CPUs. Throws when /proc/stat cannot be read.
+ */
+double machine_busy_seconds();
+
 } // namespace esptun::bench::lab

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sstream>
 #include <stdexcept>
@@ -238,6 +239,15 @@ TransferSide send_stream(const std::string& addr, uint16_t port, uint64_t bytes,
 	platform::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
 	if (!fd) throw_errno("socket");
 	set_timeouts(fd.get(), idle_timeout);
+	if (!opt.from.empty()) {
+		sockaddr_in local = make_addr(opt.from, 0);
+		if (bind(fd.get(), reinterpret_cast<sockaddr*>(&local), sizeof local) < 0)
+			throw_errno("bind " + opt.from);
+	}
+	if (!opt.congestion.empty() &&
+	    setsockopt(fd.get(), IPPROTO_TCP, TCP_CONGESTION, opt.congestion.data(),
+	               socklen_t(opt.congestion.size())) < 0)
+		throw_errno("TCP_CONGESTION " + opt.congestion);
 	if (opt.pace_bytes_per_s) {
 		const uint64_t rate = opt.pace_bytes_per_s;
 		if (setsockopt(fd.get(), SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof rate) < 0)
@@ -283,18 +293,25 @@ TransferSide send_stream(const std::string& addr, uint16_t port, uint64_t bytes,
 }
 
 TcpSender::TcpSender(const std::string& netns, const std::string& addr, uint16_t port, uint64_t bytes,
-                     Millis idle_timeout, uint64_t pace_bytes_per_s)
+                     Millis idle_timeout, SendOptions opt)
     : stop_(Pipe::make()), report_(Pipe::make()) {
 	child_ = fork_in_netns(netns, [&] {
 		stop_.write_end.reset();
 		report_.read_end.reset();
-		const SendOptions opt{pace_bytes_per_s, stop_.read_end.get()};
+		opt.stop_fd = stop_.read_end.get();
 		write_text(report_.write_end.get(),
 		           send_stream(addr, port, bytes, idle_timeout, opt).to_text());
 		return 0;
 	});
 	stop_.read_end.reset();
 	report_.write_end.reset();
+}
+
+void TcpSender::stop() noexcept {
+	if (!stop_.write_end) return;
+	const char b = 1;
+	(void)!::write(stop_.write_end.get(), &b, 1);
+	stop_.write_end.reset();
 }
 
 TransferSide TcpSender::result(Millis timeout) {

@@ -68,6 +68,7 @@ public:
 	TcpReceiver(const std::string& netns, const std::string& addr, uint16_t port, Millis idle_timeout);
 	/// result() - wait for the child's report; throws when it failed
 	TransferSide result(Millis timeout);
+	pid_t pid() const noexcept { return child_.pid(); }
 
 private:
 	Child child_;
@@ -82,6 +83,10 @@ struct SendOptions {
 	/// stop early, at a chunk's end, once this descriptor is readable (a
 	/// pipe the caller writes to or closes); -1: send every byte
 	int stop_fd = -1;
+	/// the local address to send from (an IPv4 address); "": the route's
+	std::string from;
+	/// TCP_CONGESTION, e.g. "cubic"; "": the namespace's default
+	std::string congestion;
 };
 
 /**
@@ -103,12 +108,15 @@ TransferSide send_stream(const std::string& addr, uint16_t port, uint64_t bytes,
 class TcpSender {
 public:
 	/// TcpSender() - start the child (it connects at once)
+	/// @opt: as for send_stream(); its stop_fd is the sender's own
 	TcpSender(const std::string& netns, const std::string& addr, uint16_t port, uint64_t bytes,
-	          Millis idle_timeout, uint64_t pace_bytes_per_s);
-	/// stop() - have it finish at its current chunk's end
-	void stop() noexcept { stop_.write_end.reset(); }
+	          Millis idle_timeout, SendOptions opt = {});
+	/// stop() - have it finish at its current chunk's end: a byte, not the
+	/// pipe's end, since other children forked meanwhile hold copies of it
+	void stop() noexcept;
 	/// result() - stop() and wait for its report; throws when it failed
 	TransferSide result(Millis timeout);
+	pid_t pid() const noexcept { return child_.pid(); }
 
 private:
 	Pipe stop_, report_;
