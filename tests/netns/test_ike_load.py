@@ -22,15 +22,14 @@
 import json
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
+import bench_run  # noqa: E402
 import netns  # noqa: E402
 import report  # noqa: E402
 import strongswan  # noqa: E402
-from netns import TestError  # noqa: E402
 
 TIMEOUT = 600
 VERSION_RE = {"esptun": r"\d+\.\d+\.\d+", "strongswan": r"\d+\.\d+\.\d+"}
@@ -49,27 +48,13 @@ def leftovers():
 def run_tool(bench, tmp, name, extra):
     """run_tool() - one ike-load run; (exit status, stdout, the JSON document)"""
     out = os.path.join(tmp, f"{name}.json")
-    cmd = [bench, "ike-load", "--quick", "--json", out, *extra]
-    print("+ " + " ".join(cmd), flush=True)
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise TestError(f"esptun-bench ike-load did not finish within {TIMEOUT} s")
-    print(p.stdout, flush=True)
-    if p.stderr.strip():
-        print("stderr:\n" + p.stderr, flush=True)
-    doc = None
-    if os.path.exists(out):
-        with open(out) as f:
-            doc = json.load(f)
+    p, doc = bench_run.run([bench, "ike-load", "--quick", "--json", out, *extra], TIMEOUT, out)
     return p.returncode, p.stdout, doc
 
 
 def body(rep, build):
     strongswan.require_tools()
-    bench = os.path.join(build, "esptun-bench")
-    if not os.access(bench, os.X_OK):
-        raise TestError(f"esptun-bench not found in {build}: build it first")
+    bench = bench_run.bench_program(build)
     tmp = netns.make_tempdir("ike_load")
 
     rep.section("ike-load --quick: esptun-gateway and strongSwan, X25519 and ECP-256")

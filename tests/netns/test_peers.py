@@ -18,14 +18,13 @@
 import json
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
+import bench_run  # noqa: E402
 import netns  # noqa: E402
 import report  # noqa: E402
-from netns import TestError  # noqa: E402
 
 TIMEOUT = 300
 
@@ -40,26 +39,12 @@ def leftovers():
 
 
 def body(rep, build):
-    bench = os.path.join(build, "esptun-bench")
-    if not os.access(bench, os.X_OK):
-        raise TestError(f"esptun-bench not found in {build}: build it first")
+    bench = bench_run.bench_program(build)
     tmp = netns.make_tempdir("peers")
     out_json = os.path.join(tmp, "peers.json")
-    cmd = [bench, "peers", "--counts", "1,8", "--spokes", "4", "--seconds", "3", "--warmup", "1",
-           "--json", out_json]
-    print("+ " + " ".join(cmd), flush=True)
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise TestError(f"esptun-bench peers did not finish within {TIMEOUT} s")
-    print(p.stdout, flush=True)
-    if p.stderr.strip():
-        print("stderr:\n" + p.stderr, flush=True)
+    p, doc = bench_run.run([bench, "peers", "--counts", "1,8", "--spokes", "4", "--seconds", "3",
+                            "--warmup", "1", "--json", out_json], TIMEOUT, out_json)
     rep.equal(p.returncode, 0, "exit status")
-    doc = None
-    if os.path.exists(out_json):
-        with open(out_json) as f:
-            doc = json.load(f)
     rep.require(doc and isinstance(doc.get("rows"), list), "the JSON has rows", str(doc)[:300])
     rows = {r["peers"]: r for r in doc["rows"]}
     rep.equal(sorted(rows), [1, 8], "one row per count")

@@ -1,6 +1,7 @@
 // The site and its transfer (site.hpp).
 #include "apps/bench/ike_load/site.hpp"
 
+#include "apps/bench/lab/netns_pair.hpp"
 #include "apps/bench/lab/sa_keys.hpp"
 #include "apps/bench/lab/static_peer.hpp"
 #include "crypto/esp_transform.hpp"
@@ -23,26 +24,6 @@ constexpr const char* kResponderInner = "10.63.0.1"; // the responder's tun addr
 constexpr uint16_t kPort = 5290;
 constexpr Millis kIdle{60000}; // a restart and a storm fit in it
 constexpr const char* kCipher = "aes128-gcm";
-
-void ip(std::initializer_list<std::string> args) {
-	std::vector<std::string> argv{"ip"};
-	argv.insert(argv.end(), args);
-	run_command(argv);
-}
-
-/// bytes_at() - what had arrived by @t (the last note at or before it)
-uint64_t bytes_at(const TransferSide& rx, int64_t t) {
-	uint64_t b = 0;
-	for (const auto& [when, bytes] : rx.progress) {
-		if (when > t) break;
-		b = bytes;
-	}
-	return b;
-}
-
-int64_t ns_of(Clock::time_point t) {
-	return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
 
 } // namespace
 
@@ -166,8 +147,10 @@ TransferFigures Site::finish(Clock::time_point killed, Clock::time_point restart
 		rx_.reset();
 		f.bytes = tx.bytes;
 		f.hash_ok = tx.bytes == rx.bytes && tx.hash == rx.hash;
-		const int64_t k = ns_of(killed), r = ns_of(restarted), s0 = ns_of(storm_start),
-		              s1 = s0 + int64_t(storm_s * 1e9);
+		const auto storm_end = storm_start + std::chrono::nanoseconds(int64_t(storm_s * 1e9));
+		const int64_t k = TransferSide::note_time(killed), r = TransferSide::note_time(restarted),
+		              s0 = TransferSide::note_time(storm_start),
+		              s1 = TransferSide::note_time(storm_end);
 		// After the restart: what arrived just after the kill was on its
 		// way before it.
 		for (const auto& [when, bytes] : rx.progress)
@@ -175,7 +158,7 @@ TransferFigures Site::finish(Clock::time_point killed, Clock::time_point restart
 				f.resumed_s = double(when - k) / 1e9;
 				break;
 			}
-		f.storm_bytes = bytes_at(rx, s1) - bytes_at(rx, s0);
+		f.storm_bytes = rx.bytes_by(storm_end) - rx.bytes_by(storm_start);
 		int64_t last = s0;
 		for (const auto& [when, bytes] : rx.progress)
 			if (when > s0 && when <= s1) {

@@ -13,13 +13,6 @@
 namespace esptun::bench::lab {
 namespace {
 
-/// ip() - run `ip ARGS...` in the root namespace (all of them use -n); throws
-void ip(std::initializer_list<std::string> args) {
-	std::vector<std::string> argv{"ip"};
-	argv.insert(argv.end(), args);
-	run_command(argv);
-}
-
 /**
  * kill_stragglers() - SIGKILL every process still inside namespace @name
  * (`ip netns pids`), so that deleting the name frees the namespace
@@ -63,6 +56,12 @@ bool delete_stale_netns(const std::string& name) noexcept {
 }
 
 } // namespace
+
+void ip(std::initializer_list<std::string> args) {
+	std::vector<std::string> argv{"ip"};
+	argv.insert(argv.end(), args);
+	run_command(argv);
+}
 
 NetnsPair::NetnsPair(Layout layout) : layout_(std::move(layout)), ns_a_(layout_.a), ns_b_(layout_.b) {
 	const Layout& l = layout_;

@@ -4,9 +4,13 @@
 
 #include "platform/netns.hpp"
 
+#include <initializer_list>
 #include <string>
 
 namespace esptun::bench::lab {
+
+/// ip() - run `ip ARGS...` (iproute2; use -n NAME for a namespace); throws
+void ip(std::initializer_list<std::string> args);
 
 /**
  * NetnsPair - namespaces A and B joined by one veth pair

@@ -83,11 +83,6 @@ size_t recv_some(int fd, std::span<uint8_t> buf) {
 	}
 }
 
-/// steady_ns() - the steady clock in ns (one clock for every process here)
-int64_t steady_ns() noexcept {
-	return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
-
 /// stop_asked() - @fd (when set) is readable: a byte or the writer gone
 bool stop_asked(int fd) noexcept {
 	if (fd < 0) return false;
@@ -137,7 +132,7 @@ int receive_stream(int report, const std::string& addr, uint16_t port, Millis id
 		side.bytes += n;
 		if (side.bytes >= next_note) {
 			if (side.progress.size() < TransferSide::kMaxProgress)
-				side.progress.emplace_back(steady_ns(), side.bytes);
+				side.progress.emplace_back(TransferSide::note_time(Clock::now()), side.bytes);
 			next_note = side.bytes - side.bytes % TransferSide::kProgressStep +
 			            TransferSide::kProgressStep;
 		}
@@ -179,6 +174,20 @@ uint64_t StreamHash::digest() const noexcept {
 	h ^= h >> 29;
 	h = (h ^ total_) * kMul;
 	return h ^ (h >> 32);
+}
+
+int64_t TransferSide::note_time(Clock::time_point t) noexcept {
+	return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+uint64_t TransferSide::bytes_by(Clock::time_point t) const noexcept {
+	const int64_t at = note_time(t);
+	uint64_t b = 0;
+	for (const auto& [when, so_far] : progress) {
+		if (when > at) break;
+		b = so_far;
+	}
+	return b;
 }
 
 std::string TransferSide::to_text() const {

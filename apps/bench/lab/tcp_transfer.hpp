@@ -51,6 +51,11 @@ struct TransferSide {
 	/// receiver: (steady clock ns, bytes so far) at every kProgressStep
 	std::vector<std::pair<int64_t, uint64_t>> progress;
 
+	/// bytes_by() - what the receiver's notes say had arrived by @t (0 before the first)
+	uint64_t bytes_by(Clock::time_point t) const noexcept;
+	/// note_time() - @t as the notes' clock writes it (steady clock, ns)
+	static int64_t note_time(Clock::time_point t) noexcept;
+
 	std::string to_text() const;
 	static TransferSide from_text(const std::string& text);
 };

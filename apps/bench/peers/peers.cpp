@@ -79,12 +79,6 @@ std::string flow_end(unsigned g) { return "10.82." + std::to_string(g) + ".1"; }
 /// spokes_for() - how many spoke gateways carry @n peers (each the same number)
 unsigned spokes_for(unsigned n, unsigned most_spokes) { return std::min(n, most_spokes); }
 
-void ip(std::initializer_list<std::string> args) {
-	std::vector<std::string> argv{"ip"};
-	argv.insert(argv.end(), args);
-	run_command(argv);
-}
-
 /// The namespaces: the hub's with a bridge, and one per spoke with a veth
 /// into it; the flows' addresses on each side's lo.
 class Topology {
@@ -237,19 +231,6 @@ void wait_ready(GatewayProcess& g) {
 	}
 }
 
-uint64_t bytes_at(const TransferSide& rx, int64_t t) {
-	uint64_t b = 0;
-	for (const auto& [when, bytes] : rx.progress) {
-		if (when > t) break;
-		b = bytes;
-	}
-	return b;
-}
-
-int64_t ns_of(Clock::time_point t) {
-	return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
 /// measure() - N peers through the hub; errors go into the row
 void measure(Row& row, const Topology& topo, const TempDir& tmp, const std::string& gateway,
              const crypto::CipherSpec& spec, const Options& opt) {
@@ -324,7 +305,7 @@ void measure(Row& row, const Topology& topo, const TempDir& tmp, const std::stri
 				const TransferSide got = rx[i]->result(kIdle);
 				f.bytes = sent.bytes;
 				f.intact = sent.bytes == got.bytes && sent.hash == got.hash;
-				f.window_bytes = bytes_at(got, ns_of(t1)) - bytes_at(got, ns_of(t0));
+				f.window_bytes = got.bytes_by(t1) - got.bytes_by(t0);
 			} catch (const Interrupted&) {
 				throw;
 			} catch (const std::exception& e) {
@@ -505,14 +486,14 @@ cli::Verb add_peers(CLI::App& bench, const std::string& command_line) {
 	    "A hub esptun-gateway with N peers (static keys), each sending one unpaced TCP\n"
 	    "flow into the hub, for each N of --counts in turn. The peers are carried by\n"
 	    "min(N, --spokes) esptun-gateways, each in a namespace of its own with an equal\n"
-	    "share of them (each peer its own SAs and addresses). After --warmup seconds, each flow's bytes "
-	    "over the next\n"
-	    "--seconds (the receivers note every MiB): aggregate Mbit/s, the slowest,\n"
-	    "median and fastest flow, the slowest against an equal split of the aggregate,\n"
-	    "Jain's fairness index, the hub's CPU seconds per GB and how its workers split\n"
-	    "the packets; then the aggregate against the single peer's. Every flow's bytes\n"
-	    "are checked (count and hash on both ends). Exit status 1 when a flow failed,\n"
-	    "arrived changed or moved nothing in the window. Needs root.");
+	    "share of them (each peer its own SAs and addresses). After --warmup seconds,\n"
+	    "each flow's bytes over the next --seconds (the receivers note every MiB):\n"
+	    "aggregate Mbit/s, the slowest, median and fastest flow, the slowest against an\n"
+	    "equal split of the aggregate, Jain's fairness index, the hub's CPU seconds per\n"
+	    "GB and how its workers split the packets; then the aggregate against the\n"
+	    "single peer's. Every flow's bytes are checked (count and hash on both ends).\n"
+	    "Exit status 1 when a flow failed, arrived changed or moved nothing in the\n"
+	    "window. Needs root.");
 	verb->add_option("--counts", opt->counts, "numbers of peers, each measured in turn")
 	    ->type_name("a,b")
 	    ->delimiter(',')
