@@ -35,6 +35,7 @@ import xml.etree.ElementTree as ET
 # The shared helpers in tests/lib (tests/lib/README.md: why this one line).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
+import bench_run  # noqa: E402
 import netns  # noqa: E402
 import report  # noqa: E402
 from netns import TestError  # noqa: E402
@@ -160,21 +161,12 @@ def root_state():
 
 
 def body(rep, build):
-    bench = os.path.join(build, "esptun-bench")
-    if not os.access(bench, os.X_OK):
-        raise TestError(f"esptun-bench not found in {build}: build it first")
+    bench = bench_run.bench_program(build)
     tmp = netns.make_tempdir("compare")
     before = root_state()
 
     rep.section("esptun-bench compare --quick --duration 1 (all peers)")
-    cmd = [bench, "compare", "--quick", "--duration", "1", "--out-dir", tmp]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise TestError(f"esptun-bench compare did not finish within {TIMEOUT} s")
-    print(p.stdout, flush=True)
-    if p.stderr.strip():
-        print("stderr:\n" + p.stderr, flush=True)
+    p, _ = bench_run.run([bench, "compare", "--quick", "--duration", "1", "--out-dir", tmp], TIMEOUT)
     rep.check(p.returncode == 0, "esptun-bench compare --quick exits 0",
               f"exit {p.returncode}")
     m = re.search(r"esptun-cmp-(\d+)-a", p.stdout)
@@ -294,11 +286,7 @@ def body(rep, build):
     peers = ",".join(["esptun-direct", *variants])
     cmd = [bench, "compare", "--quick", "--duration", "1", "--peers", peers, "--out-dir",
            os.path.join(tmp, "variants")]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise TestError(f"esptun-bench compare did not finish within {TIMEOUT} s")
-    print(p.stdout, flush=True)
+    p, _ = bench_run.run(cmd, TIMEOUT)
     rep.check(p.returncode == 0, f"compare --peers {peers} exits 0", f"exit {p.returncode}: {p.stderr}")
     with open(os.path.join(tmp, "variants", "compare.json")) as f:
         named = {s["name"]: s for s in json.load(f)["subjects"]}
