@@ -425,6 +425,33 @@ bool can_follow(std::span<const uint8_t> a, const GroPkt& ga, std::span<const ui
 
 } // namespace
 
+uint64_t tcp_flow_key(std::span<const uint8_t> pkt) noexcept {
+	auto mix = [](uint64_t h, uint64_t v) noexcept {
+		h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+		return h ^ (h >> 29);
+	};
+	uint64_t h = 0;
+	size_t l4 = 0;
+	if (pkt.size() >= kIpv4Min && pkt[0] >> 4 == 4) {
+		const size_t ihl = size_t(pkt[0] & 0x0f) * 4;
+		const bool fragment = (load_be16(&pkt[6]) & 0x3fff) != 0; // MF or an offset
+		if (pkt[9] != kProtoTcp || ihl < kIpv4Min || fragment) return 0;
+		h = mix(mix(4, load_be32(&pkt[12])), load_be32(&pkt[16]));
+		l4 = ihl;
+	} else if (pkt.size() >= kIpv6Len && pkt[0] >> 4 == 6) {
+		if (pkt[6] != kProtoTcp) return 0;
+		h = 6;
+		for (size_t i = 8; i < 40; i += 8)
+			h = mix(h, load_be64(&pkt[i]));
+		l4 = kIpv6Len;
+	} else {
+		return 0;
+	}
+	if (pkt.size() < l4 + 4) return 0;
+	h = mix(h, load_be32(&pkt[l4])); // both ports
+	return h ? h : 1;
+}
+
 size_t plan_gro(std::span<const std::span<uint8_t>> pkts, std::span<GroRun> runs,
                 const GroOptions& opt) noexcept {
 	const size_t max_segs = std::clamp<size_t>(opt.max_segments, 1, kMaxGroSegments);

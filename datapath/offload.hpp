@@ -217,6 +217,15 @@ struct GroRun {
 };
 
 /**
+ * tcp_flow_key() - a key that is the same for every packet of one TCP flow
+ * (addresses and ports, one direction) and rarely for two flows; 0 for a
+ * packet that is not a TCP segment GRO could take (other protocols, IPv4
+ * fragments and options-free checks aside, IPv6 extension headers, too
+ * short). A collision only puts two flows in one group: each keeps its order.
+ */
+uint64_t tcp_flow_key(std::span<const uint8_t> pkt) noexcept;
+
+/**
  * plan_gro() - find the runs of a batch that can be written as TCP super-packets.
  * @pkts: decrypted inner IP packets in arrival order, each exactly its IP length
  * @runs: receives the runs in order; each packet is in exactly one run

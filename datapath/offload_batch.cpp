@@ -75,6 +75,38 @@ size_t SegmentStage::cut(std::span<uint8_t> staged, size_t at, size_t room, TunI
 	return r.count;
 }
 
+std::span<const TunWrite> GroPlan::group(std::span<const TunWrite> chunk) noexcept {
+	const size_t n = std::min(chunk.size(), kTunBatch);
+	size_t groups = 0;
+	bool back = false; // a packet joined a group that another had followed
+	for (size_t i = 0; i < n; i++) {
+		const uint64_t key = offload::tcp_flow_key(chunk[i].inner);
+		size_t g = groups;
+		if (key != 0) // the latest group first: a flow's packets tend to come together
+			for (size_t j = groups; j-- > 0;)
+				if (keys_[j] == key) {
+					g = j;
+					break;
+				}
+		if (g == groups) {
+			keys_[groups++] = key; // 0 (not TCP) is never searched for: a group of its own
+		} else if (g + 1 != groups) {
+			back = true;
+		}
+		group_of_[i] = uint8_t(g);
+	}
+	if (!back) return chunk.first(n);
+	// A counting sort by group: stable, so each flow keeps its order.
+	std::fill(starts_.begin(), starts_.begin() + long(groups) + 1, uint8_t(0));
+	for (size_t i = 0; i < n; i++)
+		starts_[size_t(group_of_[i]) + 1]++;
+	for (size_t g = 1; g <= groups; g++)
+		starts_[g] = uint8_t(starts_[g] + starts_[g - 1]);
+	for (size_t i = 0; i < n; i++)
+		grouped_[starts_[group_of_[i]]++] = chunk[i];
+	return std::span<const TunWrite>(grouped_).first(n);
+}
+
 size_t GroPlan::plan(std::span<const TunWrite> chunk) noexcept {
 	for (size_t i = 0; i < chunk.size(); i++)
 		pkts_[i] = chunk[i].inner;

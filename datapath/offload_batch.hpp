@@ -99,6 +99,14 @@ inline void gro_payload_iov(const offload::GroRun& run, std::span<const TunWrite
 /**
  * class GroPlan - plan_gro() over the decrypted packets of a write_batch(),
  * with room for one chunk of kTunBatch packets and its runs.
+ *
+ * Before planning, a chunk's TCP segments are grouped by flow (in the order
+ * of each flow's first packet, every flow's own order kept): with many
+ * peers, or many flows behind one, flows alternate within a batch and
+ * plan_gro(), which merges neighbours, found short runs (4.7 packets per
+ * tun write with 64 peers against 26 with one, `esptun-bench peers`).
+ * The kernel's GRO, too, merges a flow's packets across others. Packets
+ * of different flows may change their order; those of one flow never do.
  */
 class GroPlan {
 public:
@@ -119,7 +127,7 @@ public:
 	                                                          Single&& single) noexcept {
 		for (size_t done = 0; done < pkts.size();) {
 			const std::span<const TunWrite> chunk =
-			    pkts.subspan(done, std::min(pkts.size() - done, kTunBatch));
+			    group(pkts.subspan(done, std::min(pkts.size() - done, kTunBatch)));
 			const size_t runs = plan(chunk);
 			size_t planned = 0;
 			for (size_t r = 0; r < runs; r++) {
@@ -139,12 +147,24 @@ public:
 		}
 	}
 
+	/**
+	 * group() - @chunk (at most kTunBatch packets) with each TCP flow's
+	 * segments together, flows in the order of their first packet, every
+	 * other packet a group of its own. Return: @chunk itself when it is
+	 * grouped already, else a reordered copy in grouped_.
+	 */
+	std::span<const TunWrite> group(std::span<const TunWrite> chunk) noexcept;
+
 private:
 	/// plan_gro() over @chunk (at most kTunBatch packets). Return: runs in runs_.
 	size_t plan(std::span<const TunWrite> chunk) noexcept;
 
 	std::array<std::span<uint8_t>, kTunBatch> pkts_{};
 	std::array<offload::GroRun, kTunBatch> runs_{};
+	std::array<TunWrite, kTunBatch> grouped_{};
+	std::array<uint64_t, kTunBatch> keys_{};      ///< group(): each group's flow key
+	std::array<uint8_t, kTunBatch> group_of_{};   ///< group(): each packet's group
+	std::array<uint8_t, kTunBatch + 1> starts_{}; ///< group(): where each group goes
 };
 
 } // namespace esptun::datapath
