@@ -156,7 +156,7 @@ IkeService::IkeService(asio::io_context& io, const conf::Config& config, tunnel:
 		log::debug("IKE: UDP socket bound to " + to_string(at));
 	}
 	if (config.role == conf::Role::client && !config.peers.empty()) {
-		client_config_ = &config;
+		client_ = ClientRouting{config.tunnel.addresses, config.tunnel.route_all};
 		routed_ = tun_routes(config, config.peers.front().allowed_ips);
 	}
 	engine_ = std::make_unique<ike::Engine>(std::move(policies), *this);
@@ -412,17 +412,17 @@ void IkeService::child_selectors(size_t peer, std::span<const ike::TrafficSelect
 	// keeps sending everything into the tunnel even when the gateway
 	// narrows: a VPN that is told to carry all traffic must not start
 	// leaking the rest in the clear.
-	if (!client_config_) return;
+	if (!client_) return;
 	std::vector<IpPrefix> offered;
 	for (const ike::TrafficSelector& ts : remote)
 		for (const IpPrefix& p : ike::selector_prefixes(ts))
 			if (std::find(offered.begin(), offered.end(), p) == offered.end())
 				offered.push_back(p);
-	std::vector<IpPrefix> want = tun_routes(*client_config_, offered);
+	std::vector<IpPrefix> want = tun_routes(client_->tun_addresses, offered);
 	const std::string name = table_peers_[peer]->name;
 	const bool everything =
 	    std::any_of(offered.begin(), offered.end(), [](const IpPrefix& p) { return p.len == 0; });
-	if (client_config_->tunnel.route_all && !everything)
+	if (client_->route_all && !everything)
 		log::warn("peer " + name +
 		          ": the gateway narrowed the traffic selectors, but route_all keeps sending "
 		          "all traffic into the tunnel; it drops what lies outside them");
@@ -650,7 +650,7 @@ void IkeService::assigned(size_t peer, std::span<const IpAddress> addresses, std
 	if (full_tunnel_) full_tunnel_->set_addresses(virtual_addresses_);
 	// A new IKE SA without DNS servers takes back the earlier ones. With
 	// route_all every query goes to them (a catch-all routing domain).
-	const bool catch_all = client_config_ && client_config_->tunnel.route_all;
+	const bool catch_all = client_ && client_->route_all;
 	dns_applied_ = dns_.apply(platform::link_name(tun_ifindex_), dns, catch_all);
 }
 

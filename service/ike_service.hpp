@@ -149,10 +149,16 @@ private:
 	uint64_t send_errors_ = 0;
 	std::vector<IpPrefix> virtual_addresses_; ///< on the tun, from the gateway
 	FullTunnel* full_tunnel_ = nullptr;       ///< route_all's /1 routes, or null
-	/// Client: the conf, to know which prefixes get tun routes, and the routes
-	/// through the tun for the gateway's side: its allowed_ips from start-up,
-	/// the negotiated selectors once a CHILD_SA is up.
-	const conf::Config* client_config_ = nullptr;
+	/// Client: what it needs of the config, copied at start-up (the config
+	/// itself is the Reloader's, and no pointer into it may be kept): the
+	/// tun's addresses, to know which prefixes get tun routes, and route_all.
+	struct ClientRouting {
+		std::vector<IpPrefix> tun_addresses;
+		bool route_all = false;
+	};
+	std::optional<ClientRouting> client_;
+	/// Client: the routes through the tun for the gateway's side: its
+	/// allowed_ips from start-up, the negotiated selectors once a CHILD_SA is up.
 	std::vector<IpPrefix> routed_;
 	LinkDns dns_;             ///< the gateway's DNS servers in the resolver config, until we stop
 	std::string dns_applied_; ///< how they were set, for status

@@ -49,8 +49,8 @@ bool has_ike(const conf::Config& config, const std::vector<std::string>& names) 
 
 } // namespace
 
-Reloader::Reloader(const conf::Config& running, Parts parts, std::function<conf::Config()> load)
-    : running_(running), parts_(parts), load_(std::move(load)) {}
+Reloader::Reloader(conf::Config&& running, Parts parts, std::function<conf::Config()> load)
+    : running_(std::move(running)), parts_(parts), load_(std::move(load)) {}
 
 std::string Reloader::reload() {
 	if (running_.role != conf::Role::gateway)

@@ -48,11 +48,13 @@ public:
 
 	/**
 	 * Reloader() - reloads of a service started with @running
-	 * @load: reads and validates the config again (conf::load_config() or
-	 *        the root helper's copy of it after a privilege drop); throws
-	 *        conf::ConfigError
+	 * @running: moved in, not copied: this is the one copy of the config
+	 *           the service holds (config())
+	 * @load:    reads and validates the config again (conf::load_config() or
+	 *           the root helper's copy of it after a privilege drop); throws
+	 *           conf::ConfigError
 	 */
-	Reloader(const conf::Config& running, Parts parts, std::function<conf::Config()> load);
+	Reloader(conf::Config&& running, Parts parts, std::function<conf::Config()> load);
 
 	/**
 	 * reload() - load the config and apply the difference
@@ -62,7 +64,8 @@ public:
 	 */
 	std::string reload();
 
-	/// The config in effect (the last one applied).
+	/// The config in effect (the last one applied). A reload replaces its
+	/// contents: keep a copy of what you need, not a pointer into it.
 	const conf::Config& config() const noexcept { return running_; }
 
 private:

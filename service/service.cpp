@@ -288,7 +288,7 @@ EarlyHelpers start_helpers(conf::Role role, const std::filesystem::path& config_
 	return h;
 }
 
-void run_service(const conf::Config& config, const std::string& program, EarlyHelpers helpers) {
+void run_service(conf::Config&& config, const std::string& program, EarlyHelpers helpers) {
 	const conf::TunnelConfig& tc = config.tunnel;
 	ControlLoop loop; // catches SIGINT/SIGTERM from here on
 	ServiceInfo info = first_facts(config, program);
@@ -319,19 +319,23 @@ void run_service(const conf::Config& config, const std::string& program, EarlyHe
 	// config was read (EarlyHelpers says why).
 	std::unique_ptr<ConfigReader> config_reader =
 	    open_config_reader(config, std::move(helpers.config_reader));
-	Reloader reloader(config, {table, seq_state, ike.get(), routes, workers[0]->queue.ifindex},
+	// The config moves into the reloader, the one copy kept from here on
+	// (a reload replaces it); @config is left empty. The steps above kept
+	// copies of what they need later, never a reference into it.
+	Reloader reloader(std::move(config), {table, seq_state, ike.get(), routes, workers[0]->queue.ifindex},
 	                  [&config_reader] { return config_reader->load(); });
-	enable_reload(config, loop, control, reloader);
+	const conf::Config& running = reloader.config();
+	enable_reload(running, loop, control, reloader);
 	// 8b. Give up root: CAP_NET_ADMIN, no_new_privs, seccomp (before any thread starts).
-	drop_privileges(config, std::move(helpers.dns));
+	drop_privileges(running, std::move(helpers.dns));
 	// 9. The data-path threads, and the control loop's timers.
 	WorkerThreads threads(workers, loop.io, loop.stop.get());
 	SeqRefresh seq_refresh(loop.io, table, seq_state);
 	if (ike) ike->start();
 	Watchdog watchdog(loop.io); // systemd's WatchdogSec, if set
-	log_up(config, info);
+	log_up(running, info);
 	notify_ready(info.interface + " up, listening on " + info.listen + ", " +
-	             std::to_string(config.peers.size()) + " peer(s)");
+	             std::to_string(running.peers.size()) + " peer(s)");
 	// 10. Forward until a signal or a failed worker stops the loop.
 	loop.io.run();
 	notify_stopping();

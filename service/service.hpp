@@ -94,13 +94,14 @@ EarlyHelpers start_helpers(conf::Role role, const std::filesystem::path& config_
 
 /**
  * run_service() - set up, forward until SIGINT/SIGTERM, tear down
- * @config:  a validated config
+ * @config:  a validated config, moved from: the service keeps the one copy
+ *           (the Reloader's, which a reload replaces), not the caller
  * @program: name for logs and the status JSON
  * @helpers: from start_helpers() (none: forked here, after the config)
  *
  * Throws on set-up failure (after undoing what was already set up);
  * returns normally after a clean shutdown.
  */
-void run_service(const conf::Config& config, const std::string& program, EarlyHelpers helpers = {});
+void run_service(conf::Config&& config, const std::string& program, EarlyHelpers helpers = {});
 
 } // namespace esptun::service

@@ -125,11 +125,15 @@ const char* family_name(size_t fi) { return fi == 0 ? "IPv4" : "IPv6"; }
 } // namespace
 
 std::vector<IpPrefix> tun_routes(const conf::Config& config, std::span<const IpPrefix> prefixes) {
+	return tun_routes(config.tunnel.addresses, prefixes);
+}
+
+std::vector<IpPrefix> tun_routes(std::span<const IpPrefix> tun_addresses,
+                                 std::span<const IpPrefix> prefixes) {
 	std::vector<IpPrefix> out;
 	for (const IpPrefix& p : prefixes) {
-		const bool connected =
-		    std::any_of(config.tunnel.addresses.begin(), config.tunnel.addresses.end(),
-		                [&](const IpPrefix& a) { return a.network() == p; });
+		const bool connected = std::any_of(tun_addresses.begin(), tun_addresses.end(),
+		                                   [&](const IpPrefix& a) { return a.network() == p; });
 		if (p.len != 0 && !connected) out.push_back(p);
 	}
 	return out;

@@ -19,6 +19,8 @@ namespace esptun::service {
 /// decides that), nor the subnet of a tun address (the kernel's connected
 /// route covers it).
 std::vector<IpPrefix> tun_routes(const conf::Config& config, std::span<const IpPrefix> prefixes);
+/// The same with the tun's addresses (the config's [tunnel] addresses) given.
+std::vector<IpPrefix> tun_routes(std::span<const IpPrefix> tun_addresses, std::span<const IpPrefix> prefixes);
 
 /// What the tun routes to @peer and the SA table may give it: its
 /// allowed_ips, and for a template (a users_file) every user's fixed

@@ -291,7 +291,8 @@ int cli_main(conf::Role role, int argc, char** argv) {
 		conf::Config config = conf::load_config(args.config, role);
 		if (args.verb == "check") return check(config);
 		if (args.verb == "cleanup") return cleanup(config, program);
-		service::run_service(config, program, std::move(helpers));
+		// The service keeps the config (for reloads); this copy would be a second one.
+		service::run_service(std::move(config), program, std::move(helpers));
 		return 0;
 	} catch (const conf::ConfigError& e) {
 		std::fprintf(stderr, "%s\n", e.what());
