@@ -63,7 +63,7 @@ IkeInbox::Lane::Lane(size_t max_entries, size_t max_bytes)
 
 bool IkeInbox::Lane::place(size_t len, uint32_t& off) noexcept {
 	if (count == entries.size()) return false;
-	if (count == 0) rd = wr = end = 0, wrapped = false;
+	if (count == 0) rd = wr = 0, wrapped = false;
 	if (!wrapped) {
 		// In use: [rd, wr). Room at the end, else at the start before rd.
 		if (len <= cap - wr) {
@@ -72,13 +72,12 @@ bool IkeInbox::Lane::place(size_t len, uint32_t& off) noexcept {
 			return true;
 		}
 		if (len > rd) return false;
-		end = wr;
 		wrapped = true;
 		off = 0;
 		wr = len;
 		return true;
 	}
-	// In use: [rd, end) and [0, wr). Room: [wr, rd).
+	// In use: from rd to where the bytes at the end stop, and [0, wr). Room: [wr, rd).
 	if (len > rd - wr) return false;
 	off = uint32_t(wr);
 	wr += len;
@@ -89,7 +88,7 @@ void IkeInbox::Lane::pop() noexcept {
 	sources.remove(entries[head].from.addr);
 	head = (head + 1) % entries.size();
 	if (--count == 0) {
-		rd = wr = end = 0;
+		rd = wr = 0;
 		wrapped = false;
 		return;
 	}

@@ -190,7 +190,6 @@ private:
 		size_t cap;                 ///< bytes
 		size_t head = 0, count = 0; ///< the oldest entry, and how many
 		size_t rd = 0, wr = 0;      ///< the oldest message's bytes; where the next goes
-		size_t end = 0;             ///< wrapped: where the bytes at the end stop
 		bool wrapped = false;       ///< the newest are at the start, the oldest at the end
 		SourceCounts sources;
 	};
