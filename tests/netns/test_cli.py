@@ -134,6 +134,10 @@ def check_command_line(rep, build):
         (bench, ("compare", "--duration"), ["--duration"], "bench: an option without its value"),
         (bench, ("ike-load", "--groups", "modp768"), ["esptun-bench ike-load:", "unknown group", "modp768"],
          "bench: a group ike-load does not know"),
+        (bench, ("peers", "--counts", "0"), ["esptun-bench peers:", "--counts", "from 1 to 200"],
+         "bench: a number of peers out of range"),
+        (bench, ("peers", "--counts", "12", "--spokes", "8"), ["12 peers do not split evenly over 8"],
+         "bench: peers that do not split evenly over the peer gateways"),
         (bench, ("vhost-counts", "row", "--phase", "p", "one"), ["BEFORE AFTER"],
          "bench: one file where two are wanted"),
         (bench, ("nope",), ["unknown command 'nope'", "udp-engines"], "bench: an unknown command"),
@@ -156,9 +160,9 @@ def check_command_line(rep, build):
               "status --help lists its options", out)
     rc, out, err = bench(build, "--help")
     rep.equal(re.findall(r"^  ([a-z][a-z-]*) +\S", out, re.M),
-              ["demo", "vhost-counts", "crypto", "compare", "udp-engines", "ike-load", "help"],
+              ["demo", "vhost-counts", "crypto", "compare", "udp-engines", "ike-load", "peers", "help"],
               "bench --help: one line per command")
-    for cmd in (["demo"], ["crypto"], ["compare"], ["udp-engines"], ["ike-load"], ["vhost-counts"],
+    for cmd in (["demo"], ["crypto"], ["compare"], ["udp-engines"], ["ike-load"], ["peers"], ["vhost-counts"],
                 ["vhost-counts", "snapshot"], ["vhost-counts", "row"], ["vhost-counts", "table"]):
         rc, out, err = bench(build, *cmd, "--help")
         rep.check(rc == 0 and f"esptun-bench {' '.join(cmd)}" in out, f"bench {' '.join(cmd)} --help",

@@ -213,8 +213,9 @@ def check_completion(rep):
         ("esptun-gateway genpair --cipher ", {"aes128-gcm", "aes256-cbc-hmac-sha256"}, set()),
         ("esptun-client status --format ", {"json", "prometheus"}, set()),
         ("esptun-gateway run -", {"-c", "--config", "-v"}, {"--format"}),
-        ("esptun-bench ", {"demo", "crypto", "compare", "udp-engines", "ike-load", "vhost-counts"}, set()),
-        ("esptun-bench ike-load --", {"--clients", "--responders", "--json"}, {"--peers"}),
+        ("esptun-bench ", {"demo", "crypto", "compare", "udp-engines", "ike-load", "peers", "vhost-counts"}, set()),
+        ("esptun-bench ike-load --", {"--clients", "--responders", "--storm", "--transfer", "--json"}, {"--peers"}),
+        ("esptun-bench peers --", {"--counts", "--spokes", "--congestion", "--json"}, {"--clients"}),
         ("esptun-bench crypto --", {"--quick", "--sizes", "--json"}, {"--peers"}),
     ]
     for line, want, not_want in cases:
