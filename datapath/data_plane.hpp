@@ -136,6 +136,9 @@ public:
 	/// Reads per pass into the flow queue at most: twice a batch's packets,
 	/// or about two and a half batches of full-sized packets' bytes.
 	static constexpr size_t kReadAheadPackets = 2 * kBatch;
+	/// inbound_batch() reads the clock again for a datagram's sojourn every
+	/// this many receive slots (a GRO buffer or a datagram each).
+	static constexpr size_t kClockSlots = 8;
 	static constexpr size_t kReadAheadBytes = 256 * 1024;
 	/// The flow queue is on.
 	bool flow_queue_on() const noexcept { return fq_.has_value(); }

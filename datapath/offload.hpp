@@ -219,9 +219,9 @@ struct GroRun {
 /**
  * tcp_flow_key() - a key that is the same for every packet of one TCP flow
  * (addresses and ports, one direction) and rarely for two flows; 0 for a
- * packet that is not a TCP segment GRO could take (other protocols, IPv4
- * fragments and options-free checks aside, IPv6 extension headers, too
- * short). A collision only puts two flows in one group: each keeps its order.
+ * packet GRO could not take anyway: not TCP, an IPv4 fragment, TCP behind
+ * an IPv6 extension header, too short for its ports. A collision only puts
+ * two flows in one group, and each keeps its order.
  */
 uint64_t tcp_flow_key(std::span<const uint8_t> pkt) noexcept;
 
