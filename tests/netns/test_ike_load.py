@@ -99,7 +99,8 @@ def body(rep, build):
     rep.check(not leftovers(), "nothing left behind by the first run", str(leftovers()))
 
     rep.section("storm: each responder SIGKILLed and started again, every client reconnects at once")
-    rc, out, doc = run_tool(bench, tmp, "storm", ["--groups", "x25519", "--clients", "200", "--storm", "kill"])
+    rc, out, doc = run_tool(bench, tmp, "storm", ["--groups", "x25519", "--clients", "200", "--storm", "kill",
+                                                 "--transfer", "0"])
     rep.equal(rc, 0, "exit status")
     rows = {r["responder"]: r for r in (doc or {}).get("rows", [])}
     rep.equal(sorted(rows), ["esptun", "strongswan"], "one row per responder")
@@ -110,6 +111,7 @@ def body(rep, build):
         rep.check(s.get("clients") == 200 and s.get("established") == 200 and s.get("failed") == 0,
                   f"[{resp}] all 200 back after the restart: {s.get('established')} in {s.get('seconds')} s",
                   json.dumps(s)[:400])
+        rep.check("transfer" not in s, f"[{resp}] --transfer 0: no transfer in the storm", json.dumps(s)[:200])
         rep.check(s.get("responder_ike_sas") == 200,
                   f"[{resp}] the restarted responder counts {s.get('responder_ike_sas')} IKE SAs (a new "
                   "process: nothing of the first run)")
