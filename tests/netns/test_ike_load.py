@@ -2,11 +2,14 @@
 # test_ike_load.py - `esptun-bench ike-load --quick`: a few hundred IKEv2
 # clients of the project's own engine connect to esptun-gateway and to
 # strongSwan's charon (an independent responder: its own count of IKE SAs
-# says the generator's handshakes are real), with X25519 and ECP-256. Every
-# client must get its CHILD_SA, each responder must count every one, the
-# figures must be there and consistent, and the run must leave nothing
-# behind. A second run against a gateway that knows only half the clients
-# must exit 1 and count the other half as failed: the tool can fail.
+# says the generator's handshakes are real), with pre-shared keys (a peer
+# per client) and with certificates (one template connection and an address
+# pool), X25519 and ECP-256. Every client must get its CHILD_SA (with
+# certificates, an address of its own from the pool), each responder must
+# count every one, the figures must be there and consistent, and the run
+# must leave nothing behind. A run against a gateway that knows only half
+# the clients (PSK: no key; certificates: an unknown CA) must exit 1 and
+# count the other half as failed: the tool can fail.
 # The storms: each responder SIGKILLed and started again with 200 clients
 # reconnecting at once; then esptun-gateway alone with 1,000, while a TCP
 # transfer paced at 200 Mbit/s runs through a site with static keys (a
@@ -57,7 +60,7 @@ def body(rep, build):
     bench = bench_run.bench_program(build)
     tmp = netns.make_tempdir("ike_load")
 
-    rep.section("ike-load --quick: esptun-gateway and strongSwan, X25519 and ECP-256")
+    rep.section("ike-load --quick: esptun-gateway and strongSwan, PSK and certificates, X25519 and ECP-256")
     rc, out, doc = run_tool(bench, tmp, "both", [])
     rep.equal(rc, 0, "exit status")
     m = re.search(r"(\d+) clients, 0 of them unknown to the responders, (\d+) in flight, from (\d+) addresses", out)
@@ -66,11 +69,12 @@ def body(rep, build):
     clients = doc["clients"]
     rep.check(clients == int(m.group(1)) and clients >= 200,
               f"{clients} clients per responder and group (--quick: a few hundred)")
-    rows = {(r["responder"], r["group"]): r for r in doc["rows"]}
-    rep.equal(sorted(rows), sorted((r, g) for r in ("esptun", "strongswan") for g in ("ecp256", "x25519")),
-              "one row per responder and group")
-    for (resp, group), r in sorted(rows.items()):
-        tag = f"[{resp} {group}]"
+    rows = {(r["responder"], r["auth"], r["group"]): r for r in doc["rows"]}
+    rep.equal(sorted(rows), sorted((r, a, g) for r in ("esptun", "strongswan") for a in ("cert", "psk")
+                                   for g in ("ecp256", "x25519")),
+              "one row per responder, authentication and group")
+    for (resp, auth, group), r in sorted(rows.items()):
+        tag = f"[{resp} {auth} {group}]"
         rep.check("error" not in r, f"{tag} ran without error", r.get("error", ""))
         rep.check(re.fullmatch(VERSION_RE[resp], r["version"]), f"{tag} version {r['version']!r}")
         rep.check(r["established"] == clients and r["failed"] == 0,
@@ -90,21 +94,28 @@ def body(rep, build):
         rep.check(r["responder_rss_after_kib"] > 0 and r["responder_rss_before_kib"] > 0,
                   f"{tag} responder RSS {r['responder_rss_before_kib']} -> "
                   f"{r['responder_rss_after_kib']} KiB ({r['responder_kib_per_client']} KiB per client)")
+        # Certificate clients ask for an address; PSK clients have their own.
+        want = clients if auth == "cert" else 0
+        rep.check(r["virtual_addresses"] == want,
+                  f"{tag} {r['virtual_addresses']} distinct virtual addresses handed out (want {want})")
         # Each client sends at least IKE_SA_INIT and IKE_AUTH, and hears both answers.
         rep.check(r["datagrams_out"] >= 2 * clients and r["datagrams_in"] >= 2 * clients,
                   f"{tag} {r['datagrams_out']} datagrams out, {r['datagrams_in']} in")
-    for group in ("x25519", "ecp256"):
-        rep.check(re.search(rf"^  {group}: esptun/strongSwan handshakes/s [\d.]+x", out, re.M),
-                  f"the table states the ratio for {group}")
+    for auth in ("psk", "cert"):
+        for group in ("x25519", "ecp256"):
+            rep.check(re.search(rf"^  {auth} {group}: esptun/strongSwan handshakes/s [\d.]+x", out, re.M),
+                      f"the table states the ratio for {auth} {group}")
     rep.check(not leftovers(), "nothing left behind by the first run", str(leftovers()))
 
     rep.section("storm: each responder SIGKILLed and started again, every client reconnects at once")
     rc, out, doc = run_tool(bench, tmp, "storm", ["--groups", "x25519", "--clients", "200", "--storm", "kill",
                                                  "--transfer", "0"])
     rep.equal(rc, 0, "exit status")
-    rows = {r["responder"]: r for r in (doc or {}).get("rows", [])}
-    rep.equal(sorted(rows), ["esptun", "strongswan"], "one row per responder")
-    for resp, r in sorted(rows.items()):
+    rows = {(r["responder"], r["auth"]): r for r in (doc or {}).get("rows", [])}
+    rep.equal(sorted(rows), [(r, a) for r in ("esptun", "strongswan") for a in ("cert", "psk")],
+              "one row per responder and authentication")
+    for (resp, auth), r in sorted(rows.items()):
+        resp = f"{resp} {auth}"
         s = r.get("storm") or {}
         rep.check(r["established"] == 200 and r["responder_ike_sas"] == 200,
                   f"[{resp}] 200 established before the restart, counted by it")
@@ -117,11 +128,14 @@ def body(rep, build):
                   "process: nothing of the first run)")
         rep.check(0 < s.get("setup_ms_p50", 0) <= s.get("setup_ms_p99", 0),
                   f"[{resp}] storm setup p50 {s.get('setup_ms_p50')} <= p99 {s.get('setup_ms_p99')} ms")
+        if auth == "cert":
+            rep.check(s.get("virtual_addresses") == 200,
+                      f"[{resp}] each of them was given an address of its own again: {s.get('virtual_addresses')}")
     rep.check(re.search(r"storm: all 200 reconnected at once", out), "the table has the storm's line")
     rep.check(not leftovers(), "nothing left behind by the storm run", str(leftovers()))
 
     rep.section("storm with 1,000 clients while a checksummed transfer runs through a static peer")
-    rc, out, doc = run_tool(bench, tmp, "storm1000", ["--responders", "esptun", "--groups", "x25519",
+    rc, out, doc = run_tool(bench, tmp, "storm1000", ["--responders", "esptun", "--auth", "psk", "--groups", "x25519",
                                                       "--clients", "1000", "--storm", "kill",
                                                       "--transfer", "200"])
     rep.equal(rc, 0, "exit status")
@@ -156,17 +170,20 @@ def body(rep, build):
               "the table has the transfer's line")
     rep.check(not leftovers(), "nothing left behind by the storm run", str(leftovers()))
 
-    rep.section("a failing run: 20 of 40 clients are strangers to the gateway")
+    rep.section("a failing run: 20 of 40 clients are strangers to the gateway (no PSK; an unknown CA)")
     rc, out, doc = run_tool(bench, tmp, "strangers", ["--responders", "esptun", "--groups", "x25519",
                                                       "--clients", "40", "--strangers", "20",
                                                       "--timeout", "3"])
     rep.equal(rc, 1, "exit status when clients fail")
-    r = doc["rows"][0] if doc and doc.get("rows") else {}
-    rep.check(r.get("established") == 20 and r.get("failed") == 20,
-              f"20 established, 20 failed: {r.get('established')}, {r.get('failed')}")
-    rep.check(r.get("responder_ike_sas") == 20, f"the gateway counts 20 IKE SAs: {r.get('responder_ike_sas')}")
-    rep.check(r.get("failures") and all(f.startswith("c") for f in r["failures"]),
-              "the failures name the clients", str(r.get("failures")))
+    rows = {r["auth"]: r for r in (doc or {}).get("rows", [])}
+    rep.equal(sorted(rows), ["cert", "psk"], "one row per authentication")
+    for auth, r in sorted(rows.items()):
+        rep.check(r.get("established") == 20 and r.get("failed") == 20,
+                  f"[{auth}] 20 established, 20 failed: {r.get('established')}, {r.get('failed')}")
+        rep.check(r.get("responder_ike_sas") == 20,
+                  f"[{auth}] the gateway counts 20 IKE SAs: {r.get('responder_ike_sas')}")
+        rep.check(r.get("failures") and all(f.startswith("c") for f in r["failures"]),
+                  f"[{auth}] the failures name the clients", str(r.get("failures")))
 
     rep.check(not leftovers(), "nothing left behind by the second run", str(leftovers()))
 

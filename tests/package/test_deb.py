@@ -214,7 +214,7 @@ def check_completion(rep):
         ("esptun-client status --format ", {"json", "prometheus"}, set()),
         ("esptun-gateway run -", {"-c", "--config", "-v"}, {"--format"}),
         ("esptun-bench ", {"demo", "crypto", "compare", "udp-engines", "ike-load", "peers", "vhost-counts"}, set()),
-        ("esptun-bench ike-load --", {"--clients", "--responders", "--storm", "--transfer", "--json"}, {"--peers"}),
+        ("esptun-bench ike-load --", {"--clients", "--responders", "--auth", "--storm", "--transfer", "--json"}, {"--peers"}),
         ("esptun-bench peers --", {"--counts", "--spokes", "--congestion", "--json"}, {"--clients"}),
         ("esptun-bench crypto --", {"--quick", "--sizes", "--json"}, {"--peers"}),
     ]

@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <optional>
 #include <poll.h>
+#include <set>
 #include <stdexcept>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -63,7 +64,14 @@ public:
 
 		ike::PeerPolicy pol;
 		pol.name = "gateway";
-		pol.psk = secret_copy(plan.psks[index]);
+		if (plan.credentials.empty()) {
+			pol.psk = secret_copy(plan.psks[index]);
+			pol.local_ts = {IpPrefix{client_inner(index), 32}};
+		} else {
+			pol.credentials = plan.credentials[index];
+			pol.trust = plan.trust;
+			pol.request_address = true; // our side: the address it is given
+		}
 		pol.local_id = *ike::parse_identity(client_id(index));
 		pol.remote_id = *ike::parse_identity(plan.responder_id);
 		std::string error;
@@ -73,7 +81,6 @@ public:
 		pol.ike_proposals = {*ike_suite};
 		pol.esp_proposals = {*esp_suite};
 		pol.allowed_ips = {*parse_prefix(kResponderNet)};
-		pol.local_ts = {IpPrefix{client_inner(index), 32}};
 		pol.endpoint = plan.responder;
 		pol.initiate = true;
 		pol.dpd_interval_s = 0; // nothing of our own after the handshake
@@ -90,6 +97,7 @@ public:
 	void restart(Clock::time_point now) {
 		engine_.reset();
 		done_at_.reset();
+		address_.reset();
 		last_line_.clear();
 		std::vector<ike::PeerPolicy> peers{policy_};
 		engine_ = std::make_unique<ike::Engine>(std::move(peers), *this);
@@ -125,6 +133,11 @@ public:
 		return true;
 	}
 	void switch_outbound(size_t, uint32_t) override {}
+	void assigned(size_t, std::span<const IpAddress> addresses, std::span<const IpAddress>) override {
+		if (!addresses.empty()) address_ = addresses.front();
+	}
+	/// The virtual address the responder gave it (certificate clients).
+	const std::optional<IpAddress>& address() const noexcept { return address_; }
 	void remove_child(size_t, uint32_t, uint32_t) override {}
 	std::optional<Clock::time_point> last_esp_rx(size_t) override { return std::nullopt; }
 	void log(const std::string& line) override { last_line_ = line; }
@@ -136,6 +149,7 @@ private:
 	Endpoint local_;
 	uint32_t next_spi_ = 0;
 	std::optional<Clock::time_point> done_at_;
+	std::optional<IpAddress> address_;
 	std::string last_line_;
 	ike::PeerPolicy policy_;              // for restart()
 	std::unique_ptr<ike::Engine> engine_; // last: destroyed first, while its host still stands
@@ -194,6 +208,7 @@ public:
 		const double cpu0 = cpu_seconds_self();
 		const uint64_t in0 = datagrams_in_;
 		Clock::time_point first_start{}, last_done{}, next_tick = Clock::now();
+		std::set<std::string> addresses; // distinct virtual addresses
 		while (r.established + r.failed < todo.size()) {
 			lab::throw_if_stopped();
 			while (flight_.size() < concurrency && next < todo.size()) {
@@ -223,6 +238,7 @@ public:
 				Client& c = *clients_[flight_[pos]];
 				if (c.done()) {
 					r.established++;
+					if (c.address()) addresses.insert(to_string(*c.address()));
 					r.setup_ms.push_back(ms_between(c.started, c.done_at()));
 					last_done = std::max(last_done, c.done_at());
 				} else if (now - c.started > plan_.client_timeout) {
@@ -246,6 +262,7 @@ public:
 		r.seconds =
 		    r.established ? std::chrono::duration<double>(last_done - first_start).count() : 0;
 		r.cpu_s = cpu_seconds_self() - cpu0;
+		r.virtual_addresses = addresses.size();
 		r.datagrams_in = datagrams_in_ - in0;
 		r.datagrams_out = sent_total() - sent_before_;
 		sent_before_ = sent_total();
@@ -350,6 +367,7 @@ std::string to_json(const LoadResult& r) {
 	j["setup_ms"] = r.setup_ms;
 	j["failures"] = r.failures;
 	j["cpu_s"] = r.cpu_s;
+	j["virtual_addresses"] = r.virtual_addresses;
 	j["datagrams_in"] = r.datagrams_in;
 	j["datagrams_out"] = r.datagrams_out;
 	if (r.storm) j["storm"] = service::parse_json(to_json(*r.storm));
@@ -365,6 +383,7 @@ LoadResult result_from_json(const std::string& text) {
 	r.setup_ms = j.at("setup_ms").get<std::vector<double>>();
 	r.failures = j.at("failures").get<std::vector<std::string>>();
 	r.cpu_s = j.at("cpu_s").get<double>();
+	r.virtual_addresses = j.at("virtual_addresses").get<size_t>();
 	r.datagrams_in = j.at("datagrams_in").get<uint64_t>();
 	r.datagrams_out = j.at("datagrams_out").get<uint64_t>();
 	if (j.contains("storm"))

@@ -1,6 +1,8 @@
 // The load generator of `esptun-bench ike-load`: N IKEv2 initiators built on
 // the project's own engine (ike/engine.hpp), each with its own identity,
-// pre-shared key, inner address and UDP socket, at most C of them in flight
+// UDP socket and either a pre-shared key and an inner address of its own or
+// a certificate (then it asks the responder for a virtual address, as a
+// road warrior does), at most C of them in flight
 // at once. Each completes IKE_SA_INIT, IKE_AUTH and its first CHILD_SA and
 // then stays (answering whatever the responder asks), so the responder holds
 // every SA when the run ends. No ESP is sent. Runs inside the generator's
@@ -9,6 +11,7 @@
 
 #include "base/inet.hpp"
 #include "base/secret.hpp"
+#include "ike/cert.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -25,7 +28,15 @@ struct LoadPlan {
 	std::vector<IpAddress> sources; ///< client i sends from sources[i % size]
 	std::string ike_proposal;       ///< one suite, strongSwan spelling
 	std::string esp_proposal;
-	std::vector<SecretBytes> psks; ///< one per client; its size is the number of clients
+	/// PSK authentication: one key per client, each with its own inner
+	/// address (client_inner()); its size is the number of clients.
+	std::vector<SecretBytes> psks;
+	/// Certificate authentication (when not empty; psks is then unused): one
+	/// certificate and key per client, with client_id() as its
+	/// subjectAltName; trust holds the CA of the responder's certificate.
+	/// Each client asks for a virtual address in IKE_AUTH.
+	std::vector<std::shared_ptr<const ike::Credentials>> credentials;
+	std::shared_ptr<const ike::TrustStore> trust;
 	/// The responders know clients [0, known) only; the rest are strangers
 	/// to them (their refusal is part of what is measured).
 	size_t known = 0;
@@ -36,7 +47,7 @@ struct LoadPlan {
 	/// (the bench restarts the responder meanwhile); then every
 	/// established client starts a new IKE SA at the same moment.
 	int storm_ready_fd = -1, storm_go_fd = -1;
-	size_t clients() const noexcept { return psks.size(); }
+	size_t clients() const noexcept { return credentials.empty() ? psks.size() : credentials.size(); }
 };
 
 /// client_id() - client @i's IKE identity, "c<i>.load"
@@ -56,6 +67,7 @@ struct LoadResult {
 	std::vector<double> setup_ms;      ///< per established client: start to its CHILD_SA
 	std::vector<std::string> failures; ///< the first few: identity and the engine's last line
 	double cpu_s = 0;                  ///< the generator's own CPU time
+	size_t virtual_addresses = 0;      ///< distinct ones the established clients were given
 	uint64_t datagrams_in = 0, datagrams_out = 0;
 	/// The storm's reconnections, when the plan asked for one.
 	std::shared_ptr<LoadResult> storm;

@@ -24,14 +24,18 @@ SaKeys make_sa_keys(const crypto::CipherSpec& spec, uint32_t avoid) {
 	return sa;
 }
 
-std::string hex0x(const std::vector<uint8_t>& bytes) {
-	static constexpr char kDigits[] = "0123456789abcdef";
-	std::string s = "0x";
-	for (uint8_t b : bytes) {
-		s += kDigits[b >> 4];
-		s += kDigits[b & 15];
+std::string hex_text(std::span<const uint8_t> bytes, char sep, bool upper) {
+	const char* digits = upper ? "0123456789ABCDEF" : "0123456789abcdef";
+	std::string s;
+	s.reserve(bytes.size() * (sep ? 3 : 2));
+	for (size_t i = 0; i < bytes.size(); i++) {
+		if (i && sep) s += sep;
+		s += digits[bytes[i] >> 4];
+		s += digits[bytes[i] & 15];
 	}
 	return s;
 }
+
+std::string hex0x(const std::vector<uint8_t>& bytes) { return "0x" + hex_text(bytes); }
 
 } // namespace esptun::bench::lab

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ std::vector<uint8_t> random_bytes(size_t n);
  * of the lengths @spec needs
  */
 SaKeys make_sa_keys(const crypto::CipherSpec& spec, uint32_t avoid = 0);
+
+/// hex_text() - two digits per byte (upper case when @upper), @sep between bytes when not 0
+std::string hex_text(std::span<const uint8_t> bytes, char sep = 0, bool upper = false);
 
 /// hex0x() - "0x" and two lower-case digits per byte: a key as configs write it
 std::string hex0x(const std::vector<uint8_t>& bytes);

@@ -27,7 +27,7 @@ TempDir::~TempDir() {
 	std::filesystem::remove_all(path_, ec);
 }
 
-void write_private_file(const std::string& path, const std::string& text) {
+void write_private_file(const std::string& path, std::string_view text) {
 	platform::UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
 	if (!fd) throw_errno("create", path);
 	for (size_t off = 0; off < text.size();) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace esptun::bench::lab {
 
@@ -25,6 +26,6 @@ private:
  * write_private_file() - create @path with mode 0600 and write @text
  * (configs hold keys). Throws on failure.
  */
-void write_private_file(const std::string& path, const std::string& text);
+void write_private_file(const std::string& path, std::string_view text);
 
 } // namespace esptun::bench::lab
