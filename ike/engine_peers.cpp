@@ -2,6 +2,7 @@
 // the gateway's config, see engine.hpp): an added peer comes up, a removed
 // one is deleted on the wire and forgotten, and every other peer's IKE SAs
 // and CHILD_SAs are left exactly as they were.
+#include "base/vectors.hpp"
 #include "ike/engine_internal.hpp"
 
 #include <stdexcept>
@@ -37,11 +38,11 @@ size_t Engine::add_peer(PeerPolicy policy, Clock::time_point now) {
 	for (const IkeSuite& s : policy.ike_proposals)
 		if (std::find(suites.begin(), suites.end(), s) == suites.end()) suites.push_back(s);
 	const size_t peer = peers_.size();
-	peers_.reserve(peer + 1);
-	active_.reserve(peer + 1);
-	restart_at_.reserve(peer + 1);
-	restart_backoff_s_.reserve(peer + 1);
-	leased_.reserve(peer + 1);
+	reserve_room(peers_, peer + 1);
+	reserve_room(active_, peer + 1);
+	reserve_room(restart_at_, peer + 1);
+	reserve_room(restart_backoff_s_, peer + 1);
+	reserve_room(leased_, peer + 1);
 	peers_.push_back(std::move(policy));
 	active_.push_back(true);
 	peers_changed();
@@ -81,7 +82,7 @@ void Engine::remove_peer(size_t peer, Clock::time_point now) {
 	// An instance (a template's user) adds no suites of its own, and ends
 	// in sweep() below once its IKE SAs are closed.
 	const bool instance = peers_[peer].template_of.has_value();
-	if (instance) ending_.reserve(ending_.size() + 1);
+	if (instance) reserve_room(ending_, ending_.size() + 1);
 	// The suites of the peers that stay, first: that may fail to allocate,
 	// and then nothing has changed. From there on nothing throws.
 	active_[peer] = false;

@@ -8,6 +8,7 @@
 // connecting again (a new device address, a lost IKE SA) finds its instance;
 // the instance ends when its last IKE SA is gone, and its slot serves the
 // next user.
+#include "base/vectors.hpp"
 #include "ike/engine_internal.hpp"
 
 #include <cctype>
@@ -127,13 +128,13 @@ std::optional<size_t> Engine::instantiate(size_t tmpl, const std::string& user, 
 	const bool fresh = free_slots_.empty();
 	const size_t slot = fresh ? peers_.size() : free_slots_.back();
 	if (fresh) {
-		peers_.reserve(slot + 1);
-		active_.reserve(slot + 1);
-		restart_at_.reserve(slot + 1);
-		restart_backoff_s_.reserve(slot + 1);
-		leased_.reserve(slot + 1);
+		reserve_room(peers_, slot + 1);
+		reserve_room(active_, slot + 1);
+		reserve_room(restart_at_, slot + 1);
+		reserve_room(restart_backoff_s_, slot + 1);
+		reserve_room(leased_, slot + 1);
 	}
-	free_slots_.reserve(peers_.size() + 1);
+	reserve_room(free_slots_, peers_.size() + 1);
 	auto [it, added] = instances_.emplace(std::pair{tmpl, user}, slot);
 	if (fresh) {
 		peers_.push_back(std::move(pol));

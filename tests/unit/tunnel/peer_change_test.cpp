@@ -317,4 +317,61 @@ TEST_CASE("10,000 peers: names and allowed_ips are checked through indexes, with
 	CHECK(t.find_peer("p17") == nullptr);
 }
 
+// A template's users come and go one at a time (IkeService::instance_added()
+// and instance_removed()), each with a change of its own. Such a peer has no
+// static SA and, with a pool address, no allowed_ips: nothing of it is in the
+// set the data path routes by, so the change must not rebuild that set (the
+// rebuild walks every peer: with 10,000 users connected, each login cost
+// the gateway milliseconds and a shutdown more than 5 s).
+TEST_CASE("a peer with nothing to route adds and goes without a new peer set; the lookups stay right") {
+	namespace tt = tunnel;
+	std::vector<tt::PeerParams> peers{test::peer_entry(kSiteA, kSiteB, kOpts)};
+	for (int i = 0; i < 3; i++)
+		peers.push_back(
+		    test::run_time_peer("routed" + std::to_string(i), std::nullopt,
+		                        {*parse_prefix(("10.90." + std::to_string(i) + ".0/24").c_str())}));
+	tt::SaTable t(peers, 1);
+	test::Rng rng(7);
+	const Bytes to_b = test::packet_v4(kSiteA, kSiteB, 100, rng);
+	REQUIRE(seal(t, to_b));
+	// A worker inside a batch keeps whatever is retired: a new set shows.
+	t.enter(0);
+	const size_t retired0 = t.retired();
+	for (int i = 0; i < 100; i++)
+		t.commit_peers(
+		    t.prepare_peers({}, {test::run_time_peer("user" + std::to_string(i), std::nullopt, {})}));
+	CHECK(t.retired() == retired0);
+	CHECK(t.peers().size() == 104);
+	CHECK(t.find_peer("user42") != nullptr);
+	CHECK(t.route(*parse_ip("10.90.1.9")) == t.find_peer("routed1"));
+	// A name already taken is still refused, by a user or a routed peer.
+	CHECK_THROWS_WITH_AS(t.prepare_peers({}, {test::run_time_peer("user7", std::nullopt, {})}),
+	                     doctest::Contains("peer user7 is listed twice"), std::invalid_argument);
+	CHECK_THROWS_WITH_AS(t.prepare_peers({}, {test::run_time_peer("routed2", std::nullopt, {})}),
+	                     doctest::Contains("peer routed2 is listed twice"), std::invalid_argument);
+	for (int i = 0; i < 100; i += 2) {
+		const std::string going[1] = {"user" + std::to_string(i)};
+		t.commit_peers(t.prepare_peers(going, {}));
+	}
+	// The removed peers themselves are retired (freed once the worker
+	// leaves); no set is.
+	CHECK(t.retired() == retired0 + 50);
+	CHECK(t.find_peer("user42") == nullptr);
+	CHECK(t.find_peer("user43") != nullptr);
+	CHECK(t.peers().size() == 54);
+	// A peer that routes still makes a new set, and so does its removal.
+	t.commit_peers(t.prepare_peers(
+	    {}, {test::run_time_peer("routed9", std::nullopt, {*parse_prefix("10.90.9.0/24")})}));
+	CHECK(t.retired() == retired0 + 51);
+	CHECK(t.route(*parse_ip("10.90.9.1")) == t.find_peer("routed9"));
+	const std::string going[1] = {"routed0"};
+	t.commit_peers(t.prepare_peers(going, {}));
+	CHECK(t.retired() == retired0 + 53); // the set and the peer
+	CHECK(t.route(*parse_ip("10.90.0.1")) == nullptr);
+	t.leave(0);
+	t.collect();
+	CHECK(t.retired() == 0);
+	REQUIRE(seal(t, to_b));
+}
+
 } // namespace esptun
