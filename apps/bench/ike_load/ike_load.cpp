@@ -156,7 +156,9 @@ Json row_json(const Row& r, size_t clients) {
 }
 
 void print_row(const Row& r) {
-	if (!r.error.empty()) {
+	// A responder that failed after the load (e.g. did not stop in time)
+	// still has its figures: both are shown.
+	if (!r.error.empty() && r.load.established == 0) {
 		std::fprintf(g_out, "  %-10s %-4s %-7s FAILED: %s\n", r.responder.c_str(), r.auth.c_str(),
 		             r.group.c_str(), r.error.c_str());
 		return;
@@ -166,6 +168,7 @@ void print_row(const Row& r) {
 	             r.responder_sas, r.rate(), percentile(r.load.setup_ms, 0.5),
 	             percentile(r.load.setup_ms, 0.99), r.cpu_ms_per_handshake(),
 	             double(r.rss_after_kib) / 1024, r.kib_per_client());
+	if (!r.error.empty()) std::fprintf(g_out, "      FAILED: %s\n", r.error.c_str());
 	for (const std::string& f : r.load.failures)
 		std::fprintf(g_out, "      failed: %s\n", f.c_str());
 	if (const LoadResult* s = r.load.storm.get()) {

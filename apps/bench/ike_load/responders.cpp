@@ -176,11 +176,12 @@ public:
 	}
 	std::string stop() override {
 		// It deletes every IKE SA on the way out: with 10,000 that took
-		// charon more than 5 s here.
-		const int st = child_.stop(Millis(60000));
+		// charon more than 5 s here with PSKs, and more than 60 s with
+		// certificates and a pool.
+		const int st = child_.stop(Millis(180000));
 		return exited_ok(st)
 		           ? ""
-		           : "charon did not exit within 60 s of SIGTERM (" + describe_status(st) + ")";
+		           : "charon did not exit within 180 s of SIGTERM (" + describe_status(st) + ")";
 	}
 	void kill() override {
 		if (child_.running()) ::kill(child_.pid(), SIGKILL);
