@@ -151,9 +151,12 @@ __m128i ghash_bytes(__m128i y, const uint8_t* p, size_t len, const GcmKey& k) {
 
 // ---- AES ------------------------------------------------------------------
 
-inline __m512i round_key(const GcmKey& k, int r) {
-	return _mm512_load_si512(k.round_keys.data() + size_t(r) * 64);
+inline __m128i round_key128(const GcmKey& k, int r) {
+	return _mm_load_si128(reinterpret_cast<const __m128i*>(k.round_keys.data() + size_t(r) * 16));
 }
+
+/// Round key @r in all four lanes: one broadcast load (vbroadcasti32x4 from memory).
+inline __m512i round_key(const GcmKey& k, int r) { return _mm512_broadcast_i32x4(round_key128(k, r)); }
 
 /// Encrypts @N registers of counter blocks (4N blocks) side by side.
 template <size_t N> inline void aes_regs(const GcmKey& k, __m512i* x) {
@@ -174,10 +177,10 @@ template <size_t N> inline void aes_regs(const GcmKey& k, __m512i* x) {
 }
 
 inline __m128i aes1(const GcmKey& k, __m128i x) {
-	x = _mm_xor_si128(x, _mm512_castsi512_si128(round_key(k, 0)));
+	x = _mm_xor_si128(x, round_key128(k, 0));
 	for (int r = 1; r < k.rounds; r++)
-		x = _mm_aesenc_si128(x, _mm512_castsi512_si128(round_key(k, r)));
-	return _mm_aesenclast_si128(x, _mm512_castsi512_si128(round_key(k, k.rounds)));
+		x = _mm_aesenc_si128(x, round_key128(k, r));
+	return _mm_aesenclast_si128(x, round_key128(k, k.rounds));
 }
 
 /// One step of the AES key schedule: @t is aeskeygenassist's word, broadcast.
@@ -189,7 +192,7 @@ inline __m128i expand_step(__m128i key, __m128i t) {
 }
 
 void store_round_key(GcmKey& k, int r, __m128i v) {
-	_mm512_store_si512(k.round_keys.data() + size_t(r) * 64, _mm512_broadcast_i32x4(v));
+	_mm_store_si128(reinterpret_cast<__m128i*>(k.round_keys.data() + size_t(r) * 16), v);
 }
 
 // aeskeygenassist takes its round constant as an immediate.

@@ -22,17 +22,21 @@ namespace esptun::crypto::vaes {
  */
 bool supported() noexcept;
 
-/// An expanded key: the AES round keys, each repeated four times for 512-bit
-/// lanes, and the GHASH key's powers H^16..H^1 in the order the GHASH loop
+/// An expanded key: the AES round keys (16 bytes each, broadcast to the four
+/// 128-bit lanes as they are loaded: a broadcast load costs what a plain one
+/// does, and a key repeated four times in memory made each SA's transform
+/// 1,280 bytes instead of 576), and the GHASH key's powers H^16..H^1 in the order the GHASH loop
 /// multiplies by them, then three zero blocks (a run of n < 16 blocks loads
 /// its powers from block 16 - n on, past H^1 for lanes it leaves empty).
 /// Allocate with new (it is 64-byte aligned).
 struct alignas(64) GcmKey {
-	std::array<uint8_t, 15 * 64> round_keys{}; ///< rounds + 1 used
+	std::array<uint8_t, 15 * 16> round_keys{}; ///< rounds + 1 used
 	std::array<uint8_t, 19 * 16> h_powers{};
 	int rounds = 0; ///< 10 (AES-128) or 14 (AES-256)
 	~GcmKey();      ///< wipes the key material
 };
+// Every SA direction holds one (shared by the workers' copies): keep it small.
+static_assert(sizeof(GcmKey) <= 576);
 
 /// init() - expand a 16- or 32-byte AES key into @k. Returns false for any
 /// other length (nothing is written then).

@@ -307,7 +307,10 @@ TEST_CASE("for_another_worker(): the same SA for another thread, sharing the key
 		sib->seal(p, 42);
 		REQUIRE(rx->open(p, 0));
 		CHECK(payload_of(spec, p) == plain);
-		// And the point of it: a copy costs a fraction of one built from keys.
+		// And the point of it: a copy costs a fraction of one built from keys
+		// (a GCM copy about a tenth; a stitched CBC one about half, as it has
+		// an IV generator of its own, so the bound leaves room for the
+		// allocator's rounding, which differs between builds).
 		constexpr int kN = 64;
 		std::vector<std::unique_ptr<EspTransform>> fresh, copies;
 		const size_t m0 = heap_in_use();
@@ -318,6 +321,6 @@ TEST_CASE("for_another_worker(): the same SA for another thread, sharing the key
 			copies.push_back(sib->for_another_worker());
 		const size_t m2 = heap_in_use();
 		MESSAGE(spec.name, ": ", (m1 - m0) / kN, " bytes from keys, ", (m2 - m1) / kN, " as a copy");
-		CHECK(m2 - m1 < (m1 - m0) / 2);
+		CHECK(m2 - m1 < (m1 - m0) * 2 / 3);
 	}
 }
