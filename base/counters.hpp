@@ -142,6 +142,14 @@ struct DataPathStats {
 	/// pass, how long the oldest packet sent in it had waited (us), and how
 	/// many flows are being signalled.
 	Counter tx_queue_bytes, tx_queue_packets, tx_queue_flows, tx_queue_sojourn_us, tx_queue_signalling;
+	/// The worker's precedence (datapath/precedence.hpp): times it stepped
+	/// down to an ordinary thread for using most of a CPU, and up again;
+	/// times a step up was refused by the kernel.
+	Counter realtime_lowered, realtime_raised, realtime_refused;
+	/// Gauges: whether the worker runs ahead now (1) or not (0), the share
+	/// of a CPU it used in its last judged window (percent), and how long it
+	/// waited for a CPU each time it got one then, on average (us).
+	Counter realtime_now, load_pct, run_wait_us;
 
 	void drop(Drop d) noexcept { drops[static_cast<size_t>(d)].add(); }
 	/// add() - this += @o (the status sums the workers' counters)
@@ -160,6 +168,9 @@ struct DataPathStats {
 		tx_queue_marks.add(o.tx_queue_marks.get());
 		tx_queue_drops.add(o.tx_queue_drops.get());
 		tx_queue_engaged.add(o.tx_queue_engaged.get());
+		realtime_lowered.add(o.realtime_lowered.get());
+		realtime_raised.add(o.realtime_raised.get());
+		realtime_refused.add(o.realtime_refused.get());
 	}
 	void ignore(Ignore i) noexcept { ignored[static_cast<size_t>(i)].add(); }
 	uint64_t drops_of(Drop d) const noexcept { return drops[static_cast<size_t>(d)].get(); }

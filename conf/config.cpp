@@ -41,14 +41,35 @@ std::string_view tun_io_name(TunIo io) noexcept {
 namespace detail {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer", "redirect"};
-constexpr std::string_view kTunnelKeys[] = {
-    "interface",   "addresses",         "listen",          "mtu",
-    "tun_io",      "control_socket",    "route_all",       "direct_write_max",
-    "crypto_impl", "udp_gso",           "socket_buffer",   "busy_poll_us",
-    "state_dir",   "tun_offload",       "workers",         "io_engine",
-    "udp_gro",     "ike_port",          "local_id",        "address_pool",
-    "dns",         "wake_poll_us",      "kill_switch",     "drop_privileges",
-    "user",        "ike_fragment_size", "queue_target_us", "queue_interval_ms"};
+constexpr std::string_view kTunnelKeys[] = {"interface",
+                                            "addresses",
+                                            "listen",
+                                            "mtu",
+                                            "tun_io",
+                                            "control_socket",
+                                            "route_all",
+                                            "direct_write_max",
+                                            "crypto_impl",
+                                            "udp_gso",
+                                            "socket_buffer",
+                                            "busy_poll_us",
+                                            "state_dir",
+                                            "tun_offload",
+                                            "workers",
+                                            "io_engine",
+                                            "udp_gro",
+                                            "ike_port",
+                                            "local_id",
+                                            "address_pool",
+                                            "dns",
+                                            "wake_poll_us",
+                                            "kill_switch",
+                                            "drop_privileges",
+                                            "user",
+                                            "ike_fragment_size",
+                                            "queue_target_us",
+                                            "queue_interval_ms",
+                                            "worker_priority"};
 constexpr std::string_view kPeerKeys[] = {"name",
                                           "endpoint",
                                           "allowed_ips",
@@ -419,6 +440,13 @@ void Loader::parse_tunnel(const toml::table& t) {
 			fail(v->line, "crypto_impl " + q(v->value) +
 			                  " is unknown; use \"auto\", \"stitched\" or \"two-pass\"");
 		tc.crypto_impl = *impl;
+	}
+
+	if (auto v = get_string(t, "worker_priority", where)) {
+		if (v->value != "realtime" && v->value != "normal")
+			fail(v->line, "worker_priority " + q(v->value) +
+			                  " is unknown; use \"realtime\" (the default) or \"normal\"");
+		tc.realtime_workers = v->value == "realtime";
 	}
 
 	if (auto v = get_string(t, "state_dir", where)) {

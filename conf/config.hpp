@@ -172,6 +172,12 @@ struct TunnelConfig {
 	/// 0 = off.
 	uint32_t queue_target_us = kDefaultQueueTargetUs;
 	uint32_t queue_interval_ms = kDefaultQueueIntervalMs;
+	/// The workers run under SCHED_FIFO (lowest band) while they use less
+	/// than most of a CPU, so a packet is handled when it arrives rather
+	/// than when the scheduler next gives the worker its share
+	/// (datapath/precedence.hpp); false: ordinary threads. Key
+	/// worker_priority, "realtime" (default) or "normal".
+	bool realtime_workers = true;
 	std::string control_socket; ///< default /run/esptun/<interface>.sock
 	/// Where outbound sequence numbers are kept across restarts
 	/// (<state_dir>/esptun.seq, keyed by a fingerprint of each key: service/seq_state.hpp)

@@ -52,6 +52,7 @@ std::vector<std::string> tunnel_changes(const TunnelConfig& a, const TunnelConfi
 	check(a.wake_poll_us == b.wake_poll_us, "wake_poll_us");
 	check(a.queue_target_us == b.queue_target_us, "queue_target_us");
 	check(a.queue_interval_ms == b.queue_interval_ms, "queue_interval_ms");
+	check(a.realtime_workers == b.realtime_workers, "worker_priority");
 	check(a.control_socket == b.control_socket, "control_socket");
 	check(a.state_dir == b.state_dir, "state_dir");
 	check(a.drop_privileges == b.drop_privileges, "drop_privileges");

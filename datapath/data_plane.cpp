@@ -54,6 +54,12 @@ int64_t monotonic_ns() noexcept {
 	return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+std::optional<RunWaits> run_queue_waits(const platform::RunQueueStats& s) noexcept {
+	const auto r = s.read();
+	if (!r) return std::nullopt;
+	return RunWaits{r->waited_ns, r->runs};
+}
+
 int64_t realtime_ns() noexcept {
 	timespec ts{};
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -174,15 +180,35 @@ int DataPlane::run(int stop_fd) noexcept {
 	std::array<epoll_event, 3> evs{};
 	bool worked = false;     // the last pass had something to do
 	bool after_idle = false; // and it came after an idle spell
+	std::optional<Precedence> precedence;
+	std::optional<platform::RunQueueStats> run_waits;
+	if (precedence_params_ && platform::is_realtime()) {
+		run_waits.emplace();
+		precedence.emplace(*precedence_params_, true, monotonic_ns(), platform::thread_cpu_ns(),
+		                   run_queue_waits(*run_waits));
+	}
+	stats_.realtime_now.set(precedence ? 1 : 0);
 	for (;;) {
 		// A vhost RX ring can hold work without its eventfd firing (a full
 		// batch left entries behind, or they came in while re-arming).
 		const bool sleep = tun_.can_sleep() && (!fq_ || (fq_->empty() && !fq_next_));
 		int n = 0;
-		if (sleep && worked && busy_poll_ns_)
+		// A real-time worker polls as an ordinary thread: spinning ahead of
+		// every ordinary thread would keep the CPU from the very process
+		// whose answer it waits for. Two system calls per window.
+		const bool busy = sleep && worked && busy_poll_ns_;
+		const bool wake = !busy && sleep && after_idle && wake_poll_ns_;
+		const bool step_down = (busy || wake) && precedence && precedence->elevated();
+		if (step_down) platform::set_realtime(false);
+		if (busy)
 			n = poll_for(busy_poll_ns_, evs, io, io.busy_polls, io.busy_poll_hits);
-		else if (sleep && after_idle && wake_poll_ns_)
+		else if (wake)
 			n = poll_for(wake_poll_ns_, evs, io, io.wake_polls, io.wake_poll_hits);
+		if (step_down && platform::set_realtime(true) != 0) {
+			stats_.realtime_refused.add();
+			precedence.reset();
+			stats_.realtime_now.set(0);
+		}
 		after_idle = false;
 		if (n == 0) {
 			io.polls.add();
@@ -213,7 +239,28 @@ int DataPlane::run(int stop_fd) noexcept {
 		if (tun_ready) tun_.on_read_wakeup();
 		if (tun_ready || !sleep) outbound_batch();
 		table_.leave(worker_);
+		if (precedence) govern(precedence, *run_waits);
 	}
+}
+
+void DataPlane::govern(std::optional<Precedence>& p, const platform::RunQueueStats& waits) noexcept {
+	const int64_t now = monotonic_ns(); // a vDSO call; the thread's CPU clock only once a window
+	if (!p->due(now)) return;
+	const Precedence::Change change = p->update(now, platform::thread_cpu_ns(), run_queue_waits(waits));
+	stats_.load_pct.set(p->last_load_pct());
+	stats_.run_wait_us.set(uint64_t(p->last_wait_ns() / 1000));
+	if (change == Precedence::Change::lower) {
+		platform::set_realtime(false); // always allowed
+		stats_.realtime_lowered.add();
+	} else if (change == Precedence::Change::raise) {
+		if (platform::set_realtime(true) == 0) {
+			stats_.realtime_raised.add();
+		} else {
+			stats_.realtime_refused.add();
+			p.reset(); // an ordinary thread from now on
+		}
+	}
+	stats_.realtime_now.set(p && p->elevated() ? 1 : 0);
 }
 
 // --- Outbound: steps 1-4 ---

@@ -8,7 +8,9 @@
 #include "datapath/codel.hpp"
 #include "datapath/flow_queue.hpp"
 #include "datapath/ike_inbox.hpp"
+#include "datapath/precedence.hpp"
 #include "datapath/tun_port.hpp"
+#include "platform/thread_priority.hpp"
 #include "platform/udp_engine.hpp"
 #include "platform/udp_socket.hpp"
 #include "tunnel/esp_wire.hpp"
@@ -98,6 +100,15 @@ public:
 	static constexpr std::chrono::milliseconds kIdleSpell{1};
 
 	/**
+	 * set_precedence() - the thread that calls run() starts under
+	 * SCHED_FIFO (the caller made it so, platform/thread_priority.hpp);
+	 * run() steps it down to an ordinary thread while it uses most of a CPU
+	 * and up again when its load leaves room (datapath/precedence.hpp).
+	 * Call before run(); without it the thread's policy is left alone.
+	 */
+	void set_precedence(PrecedenceParams p = {}) noexcept { precedence_params_ = p; }
+
+	/**
 	 * set_queue_limit() - limit how long datagrams wait in the underlay
 	 * socket's receive queue (datapath/codel.hpp); call before run()
 	 * @p: target and interval; target 0 turns the limit off (the default)
@@ -161,6 +172,9 @@ private:
 	void watch_sources();
 	/// Adds @fd to the epoll set, edge-triggered when @edge. Return: 0 or errno.
 	int watch(int fd, bool edge, uint64_t source) noexcept;
+	/// Judges @p's window when one is over and changes the thread's policy
+	/// as it says; @p ends (reset) when the kernel refuses a step up.
+	void govern(std::optional<Precedence>& p, const platform::RunQueueStats& waits) noexcept;
 	/// epoll_wait() without blocking until something is ready or @ns are
 	/// up; counts in @windows and @hits. Return: as epoll_wait() (0: nothing came).
 	int poll_for(int64_t ns, std::span<epoll_event> evs, TunIoStats& io, Counter& windows,
@@ -183,6 +197,7 @@ private:
 	int64_t idle_spell_ns_ = 0;
 	tunnel::RouteCache routes_; ///< cleared at the start of each batch
 	std::optional<Codel> queue_limit_;
+	std::optional<PrecedenceParams> precedence_params_;
 	// The flow queue (set_flow_queue()): its buffers, the free ones, the
 	// packet taken but not yet sent (it fits only an empty batch), the
 	// buffers of the packets in the batch being sent.

@@ -253,12 +253,28 @@ RunAs lookup_user(const std::string& name) {
 	return RunAs{name, pw->pw_uid, pw->pw_gid};
 }
 
-void drop_to_user(const RunAs& who) {
+namespace {
+
+/// This thread's permitted capabilities (capget(2)).
+uint64_t permitted_caps() {
+	__user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+	__user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+	if (::syscall(SYS_capget, &hdr, data) != 0) throw_errno("capget");
+	return uint64_t(data[0].permitted) | uint64_t(data[1].permitted) << 32;
+}
+
+} // namespace
+
+bool drop_to_user(const RunAs& who, bool sys_nice) {
+	// CAP_SYS_NICE only where we have it: started without it (a service
+	// manager's bounding set), the workers find out and run ordinary threads.
+	const uint64_t nice = uint64_t(1) << CAP_SYS_NICE;
+	const uint64_t kept = (uint64_t(1) << kKeptCap) | (sys_nice ? nice & permitted_caps() : 0);
 	require_one_thread();
 	// The bounding set first: dropping from it needs CAP_SETPCAP, which goes next.
 	for (int cap = 0; ::prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; ++cap)
-		if (cap != kKeptCap && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0)
-			throw_errno("PR_CAPBSET_DROP");
+		if (cap >= 64 || !(kept & (uint64_t(1) << cap)))
+			if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) throw_errno("PR_CAPBSET_DROP");
 	if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
 		throw_errno("PR_CAP_AMBIENT_CLEAR_ALL");
 	if (who.uid != 0) {
@@ -272,8 +288,9 @@ void drop_to_user(const RunAs& who) {
 			throw_errno("setresuid", std::to_string(who.uid));
 		if (::prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) != 0) throw_errno("PR_SET_KEEPCAPS");
 	}
-	set_caps(uint64_t(1) << kKeptCap);
+	set_caps(kept);
 	if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) throw_errno("PR_SET_NO_NEW_PRIVS");
+	return (kept & nice) != 0;
 }
 
 int install_syscall_filter() {
@@ -312,8 +329,15 @@ int install_syscall_filter() {
 		                      scmp_arg_cmp{0, SCMP_CMP_EQ, scmp_datum_t(op), 0});
 		if (rc < 0) fail(rc, "prctl");
 	}
+	// Scheduling policy: the calling thread's own only (pid 0), so that
+	// CAP_SYS_NICE, kept for the workers' real-time steps, reaches no other
+	// process.
+	for (int nr : {SCMP_SYS(sched_setscheduler), SCMP_SYS(sched_getscheduler)}) {
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1, scmp_arg_cmp{0, SCMP_CMP_EQ, 0, 0});
+		if (rc < 0) fail(rc, "sched_setscheduler");
+	}
 	if ((rc = seccomp_load(ctx)) < 0) fail(rc, "load");
-	return allowed + 2;
+	return allowed + 4;
 }
 
 } // namespace esptun::platform

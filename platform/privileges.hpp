@@ -33,6 +33,9 @@ RunAs lookup_user(const std::string& name);
 
 /**
  * drop_to_user() - become @who with CAP_NET_ADMIN as the only capability
+ * @sys_nice: keep CAP_SYS_NICE too, for the workers' real-time scheduling
+ *            (platform/thread_priority.hpp); the seccomp filter lets a
+ *            thread change only its own policy with it
  *
  * Clears the supplementary groups, sets real/effective/saved gid and uid,
  * leaves CAP_NET_ADMIN alone in the permitted, effective and bounding sets
@@ -41,8 +44,9 @@ RunAs lookup_user(const std::string& name);
  * @who.uid == 0 only the capabilities are dropped. Must run while the
  * process has one thread: credentials and capabilities are per thread, and a
  * thread started earlier would keep root's. Throws SystemError.
+ * Return: whether CAP_SYS_NICE was kept (asked for, and held before).
  */
-void drop_to_user(const RunAs& who);
+bool drop_to_user(const RunAs& who, bool sys_nice = false);
 
 /**
  * install_syscall_filter() - the seccomp allow-list, for every thread
@@ -51,6 +55,8 @@ void drop_to_user(const RunAs& who);
  * later. Needs PR_SET_NO_NEW_PRIVS (or CAP_SYS_ADMIN). clone is allowed only
  * with CLONE_THREAD (new threads, not processes); clone3, whose flags a
  * filter cannot read, fails with ENOSYS so glibc falls back to clone.
+ * sched_setscheduler and sched_getscheduler are allowed on the calling
+ * thread only (pid 0).
  * Throws SystemError.
  * Return: how many system calls the list allows, for the start-up log line.
  */

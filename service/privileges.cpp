@@ -65,9 +65,13 @@ void drop_privileges(const conf::Config& config, std::unique_ptr<DnsHelper> dns)
 	const platform::RunAs who = platform::lookup_user(tc.user);
 	if (who.uid != 0) hand_over_state_dir(tc.state_dir, who);
 	keep_dns_tools_root(config, std::move(dns));
-	platform::drop_to_user(who);
+	// The workers step between SCHED_FIFO and ordinary scheduling on their
+	// own (datapath/precedence.hpp): stepping up again takes CAP_SYS_NICE,
+	// which the seccomp filter confines to the calling thread.
+	const bool nice = platform::drop_to_user(who, tc.realtime_workers);
+	const std::string caps = nice ? "cap_net_admin, cap_sys_nice" : "cap_net_admin";
 	log::debug("privileges: now uid " + std::to_string(who.uid) + ", gid " + std::to_string(who.gid) +
-	           ", capabilities left: cap_net_admin");
+	           ", capabilities left: " + caps);
 	// The kernel makes a process dumpable again when its uids change
 	// (prctl(2), PR_SET_DUMPABLE): keep keys out of core dumps after the drop too.
 	platform::disable_core_dumps();
@@ -83,9 +87,9 @@ void drop_privileges(const conf::Config& config, std::unique_ptr<DnsHelper> dns)
 	const int calls = platform::install_syscall_filter();
 	log::debug("seccomp filter installed: " + std::to_string(calls) + " system calls allowed");
 	log::info("privileges: dropped to user " + who.name + " (uid " + std::to_string(who.uid) + ", gid " +
-	          std::to_string(who.gid) +
-	          "); capabilities left: cap_net_admin; no_new_privs; seccomp allows " +
-	          std::to_string(calls) + " system calls, any other stops the process with SIGSYS");
+	          std::to_string(who.gid) + "); capabilities left: " + caps +
+	          "; no_new_privs; seccomp allows " + std::to_string(calls) +
+	          " system calls, any other stops the process with SIGSYS");
 }
 
 } // namespace esptun::service

@@ -329,7 +329,7 @@ void run_service(conf::Config&& config, const std::string& program, EarlyHelpers
 	// 8b. Give up root: CAP_NET_ADMIN, no_new_privs, seccomp (before any thread starts).
 	drop_privileges(running, std::move(helpers.dns));
 	// 9. The data-path threads, and the control loop's timers.
-	WorkerThreads threads(workers, loop.io, loop.stop.get());
+	WorkerThreads threads(workers, loop.io, loop.stop.get(), running.tunnel.realtime_workers, info);
 	SeqRefresh seq_refresh(loop.io, table, seq_state);
 	if (ike) ike->start();
 	Watchdog watchdog(loop.io); // systemd's WatchdogSec, if set

@@ -37,7 +37,11 @@ struct ServiceInfo {
 	unsigned direct_write_max = 0; ///< as configured (used in vhost mode only)
 	unsigned busy_poll_us = 0;     ///< in effect: as configured, 0 with one CPU
 	unsigned wake_poll_us = 0;     ///< in effect: as configured, 0 with one CPU
-	unsigned queue_target_us = 0;  ///< the receive queue limit as configured (0: off)
+	/// The workers' scheduling as started: "realtime" (SCHED_FIFO while they
+	/// leave room, datapath/precedence.hpp) or "normal", and why not realtime.
+	std::string worker_priority = "normal";
+	std::string worker_priority_reason;
+	unsigned queue_target_us = 0; ///< the receive queue limit as configured (0: off)
 	unsigned queue_interval_ms = 0;
 	bool queue_timestamps = false; ///< the sockets report arrival times (the limit works)
 	bool flow_queue = false;       ///< the workers send from flow queues (DataPlane::set_flow_queue())

@@ -194,6 +194,19 @@ Json tx_queue_json(const ServiceInfo& info, const DataPathStats& stats) {
 	            {"overflow_drops", stats.drops_of(Drop::queue_overflow)}};
 }
 
+/// "worker_priority": SCHED_FIFO workers and their steps down and up.
+Json worker_priority_json(const ServiceInfo& info, const DataPathStats& stats) {
+	uint64_t now = 0;
+	for (const DataPathStats* w : info.worker_stats)
+		now += w->realtime_now.get() != 0;
+	return Json{{"mode", info.worker_priority},
+	            {"reason", info.worker_priority_reason},
+	            {"realtime_now", now},
+	            {"lowered", stats.realtime_lowered.get()},
+	            {"raised", stats.realtime_raised.get()},
+	            {"refused", stats.realtime_refused.get()}};
+}
+
 } // namespace
 
 std::string render_status(const ServiceInfo& info, const DataPathStats& stats, const tunnel::SaTable& table) {
@@ -210,7 +223,11 @@ std::string render_status(const ServiceInfo& info, const DataPathStats& stats, c
 		per_worker.push_back(Json{{"tun_rx_packets", w->tun_rx_packets.get()},
 		                          {"tun_tx_packets", w->tun_tx_packets.get()},
 		                          {"udp_rx_packets", w->udp_rx_packets.get()},
-		                          {"udp_tx_packets", w->udp_tx_packets.get()}});
+		                          {"udp_tx_packets", w->udp_tx_packets.get()},
+		                          {"realtime", w->realtime_now.get() != 0},
+		                          {"load_pct", w->load_pct.get()},
+		                          {"run_wait_us", w->run_wait_us.get()}});
+	j["worker_priority"] = worker_priority_json(info, stats);
 	j["io_engine"] = Json{{"name", info.io_engine}, {"reason", info.io_engine_reason}};
 	j["udp"] = udp_json(info);
 	j["queue"] = queue_json(info, stats);

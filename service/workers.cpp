@@ -3,11 +3,14 @@
 #include "service/workers.hpp"
 
 #include "platform/port_claim.hpp"
+#include "platform/thread_priority.hpp"
 #include "platform/unique_fd.hpp"
 #include "service/control_loop.hpp"
 #include "service/log.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <sched.h>
 #include <stdexcept>
 #include <string_view>
@@ -144,14 +147,39 @@ void attach_tun_ports(const conf::TunnelConfig& tc, TunIoChoice& tun_io, Workers
 	}
 }
 
-WorkerThreads::WorkerThreads(Workers& workers, asio::io_context& io, int stop)
+WorkerThreads::WorkerThreads(Workers& workers, asio::io_context& io, int stop, bool realtime,
+                             ServiceInfo& info)
     : workers_(workers), stop_(stop) {
 	BlockSignalsForThreads blocked;
-	for (auto& wk : workers_)
+	// New threads inherit the policy of the one that makes them: this thread
+	// takes SCHED_FIFO for as long as it starts the workers, so each runs
+	// under it from its first instruction, and the refusal (if any) is known
+	// here, once.
+	info.worker_priority = "normal";
+	info.worker_priority_reason = realtime ? "" : "worker_priority = \"normal\"";
+	bool elevated = false;
+	if (realtime) {
+		if (const int err = platform::set_realtime(true); err == 0) {
+			elevated = true;
+			info.worker_priority = "realtime";
+		} else {
+			info.worker_priority_reason =
+			    std::string("the kernel refused SCHED_FIFO: ") + std::strerror(err) +
+			    (err == EPERM ? " (no CAP_SYS_NICE or RLIMIT_RTPRIO, or the service manager "
+			                    "forbids it: systemd's RestrictRealtime=)"
+			                  : "");
+			log::warn("worker_priority: the workers run as ordinary threads (" +
+			          info.worker_priority_reason + ")");
+		}
+	}
+	for (auto& wk : workers_) {
+		if (elevated) wk->plane->set_precedence();
 		wk->thread = std::jthread([&io, stop, w = wk.get()] {
 			w->err = w->plane->run(stop);
 			if (w->err) io.stop(); // the gateway cannot forward: stop and say why
 		});
+	}
+	if (elevated) platform::set_realtime(false); // this thread: the control loop, ordinary
 }
 
 WorkerThreads::~WorkerThreads() { platform::eventfd_signal(stop_); }

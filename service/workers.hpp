@@ -103,7 +103,14 @@ void attach_tun_ports(const conf::TunnelConfig& tc, TunIoChoice& tun_io, Workers
  */
 class WorkerThreads {
 public:
-	WorkerThreads(Workers& workers, asio::io_context& io, int stop);
+	/**
+	 * WorkerThreads() - start a thread per worker
+	 * @realtime: start them under SCHED_FIFO and let each step down while it
+	 *            uses most of a CPU (DataPlane::set_precedence()); when the
+	 *            kernel refuses, they start as ordinary threads and
+	 *            @info.worker_priority says why
+	 */
+	WorkerThreads(Workers& workers, asio::io_context& io, int stop, bool realtime, ServiceInfo& info);
 	~WorkerThreads();
 	WorkerThreads(const WorkerThreads&) = delete;
 	WorkerThreads& operator=(const WorkerThreads&) = delete;

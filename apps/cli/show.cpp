@@ -293,6 +293,14 @@ std::string tx_queue_text(const Json& q) {
 	       " dropped late, " + std::to_string(u64(q, {"overflow_drops"})) + " dropped full";
 }
 
+/// priority_text() - the "workers" line: real-time or not, and its steps
+std::string priority_text(const Json& w) {
+	if (str(w, {"mode"}) != "realtime") return "ordinary threads (" + str(w, {"reason"}) + ")";
+	return "real-time, " + std::to_string(u64(w, {"realtime_now"})) + " now; stepped down " +
+	       std::to_string(u64(w, {"lowered"})) + " time(s) for load, up " +
+	       std::to_string(u64(w, {"raised"})) + ", refused " + std::to_string(u64(w, {"refused"}));
+}
+
 /// redirect_text() - the "redirect" line: where clients are sent, and which
 std::string redirect_text(const Json& r) {
 	const std::string when = str(r, {"when"});
@@ -340,6 +348,13 @@ void one_endpoint(Metrics& m, const Json& s) {
 		m.add("esptun_rx_queue_marks_total", "counter",
 		      "ECN-capable packets marked CE by the receive queue limit.", ifl,
 		      sample_value(get(*q, "marks")));
+	}
+	if (const Json* w = get(s, "worker_priority")) {
+		m.add("esptun_workers_realtime", "gauge", "Workers running under SCHED_FIFO now.", ifl,
+		      sample_value(get(*w, "realtime_now")));
+		m.add("esptun_workers_lowered_total", "counter",
+		      "Times a worker stepped down from SCHED_FIFO for using most of a CPU.", ifl,
+		      sample_value(get(*w, "lowered")));
 	}
 	if (const Json* q = get(s, "tx_queue")) {
 		m.add("esptun_tx_queue_sojourn_seconds", "gauge",
@@ -408,6 +423,7 @@ std::string render_show(const Json& s, bool colour, int64_t now_unix_ms) {
 	out += line(p, "drops", drops.empty() ? std::string("none") : p.bad(drops));
 	if (const Json* q = get(s, "queue")) out += line(p, "rx queue", queue_text(*q));
 	if (const Json* q = get(s, "tx_queue")) out += line(p, "tx queue", tx_queue_text(*q));
+	if (const Json* w = get(s, "worker_priority")) out += line(p, "workers", priority_text(*w));
 	if (const Json* c = json_at(s, {"ike", "counters"})) {
 		std::string ike = std::to_string(u64(*c, {"received"})) + " messages received, " +
 		                  std::to_string(u64(*c, {"sent"})) + " sent";

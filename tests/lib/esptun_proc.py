@@ -20,9 +20,10 @@ PROGRAMS = {"gateway": ("esptun-gateway", "run"), "client": ("esptun-client", "u
 class Endpoint:
     """One running esptun endpoint (gateway or client) in a namespace."""
 
-    def __init__(self, build, ns, config_path, log_path, role="gateway", args=(), env=None):
+    def __init__(self, build, ns, config_path, log_path, role="gateway", args=(), env=None, wrap=()):
         """args: more arguments after `-c FILE` (e.g. "-v"); env: variables to
-        set for the process (a dict), on top of the test's own environment."""
+        set for the process (a dict), on top of the test's own environment;
+        wrap: a command that runs the program (e.g. setpriv and its options)."""
         prog, self.verb = PROGRAMS[role]
         self.binary = os.path.join(build, prog)
         self.ns = ns
@@ -31,6 +32,7 @@ class Endpoint:
         self.proc = None
         self.args = tuple(args)
         self.env = dict(env or {})
+        self.wrap = tuple(wrap)
 
     def start(self, ready_timeout=10):
         """start() - launch in the foreground (stderr to the log) and wait for status."""
@@ -43,7 +45,7 @@ class Endpoint:
         once are launched first and then wait_ready() in turn."""
         self._logf = open(self.log, "ab")
         prefix = ("env", *(f"{k}={v}" for k, v in self.env.items())) if self.env else ()
-        self.proc = self.ns.spawn(*prefix, self.binary, self.verb, "-c", self.config, *self.args,
+        self.proc = self.ns.spawn(*prefix, *self.wrap, self.binary, self.verb, "-c", self.config, *self.args,
                                   stdout=self._logf, stderr=self._logf)
         return self
 

@@ -14,12 +14,13 @@ import netns
 
 
 def start(rep, build, tmp, ns_tag, idx, underlay, spi_base, iface, a_opts=None, b_opts=None,
-          before_start=None):
+          before_start=None, wrap=()):
     """start() - make the namespaces and the veth, write both configs (AES-256-GCM,
     fresh keys) and start both gateways; returns (a, b, ea, eb).
     ns_tag, idx: name the namespaces and files; underlay: "10.212.0" (a /24);
     iface: the tun name's first letter; a_opts, b_opts: further conf.Endpoint
-    fields of each side; before_start(a, b): runs once the veth is up."""
+    fields of each side; before_start(a, b): runs once the veth is up; wrap:
+    a command both gateways run under (esptun_proc.Endpoint's wrap)."""
     a = netns.Netns(netns.unique(ns_tag, f"{idx}a"))
     b = netns.Netns(netns.unique(ns_tag, f"{idx}b"))
     netns.veth(a, b, "ula", "ulb", [f"{underlay}.1/24"], [f"{underlay}.2/24"])
@@ -37,8 +38,8 @@ def start(rep, build, tmp, ns_tag, idx, underlay, spi_base, iface, a_opts=None, 
                                              allowed_ips=[f"{peer_addr}/32"], endpoint=ep)],
                             **(opts or {}))
         cfgs.append(cfg.write(os.path.join(tmp, f"{me}{idx}.toml")))
-    ea = esptun_proc.Endpoint(build, a, cfgs[0], os.path.join(tmp, f"a{idx}.log"))
-    eb = esptun_proc.Endpoint(build, b, cfgs[1], os.path.join(tmp, f"b{idx}.log"))
+    ea = esptun_proc.Endpoint(build, a, cfgs[0], os.path.join(tmp, f"a{idx}.log"), wrap=wrap)
+    eb = esptun_proc.Endpoint(build, b, cfgs[1], os.path.join(tmp, f"b{idx}.log"), wrap=wrap)
     rep.on_failure.append(lambda: print(f"\n--- a:\n{netns.tail(ea.log)}\n--- b:\n{netns.tail(eb.log)}"))
     ea.start()
     eb.start()

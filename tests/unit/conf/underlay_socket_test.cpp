@@ -1,5 +1,5 @@
-// [tunnel] udp_gso, socket_buffer, workers, busy_poll_us, wake_poll_us and the queue limit: the underlay and
-// worker knobs.
+// [tunnel] udp_gso, socket_buffer, workers, busy_poll_us, wake_poll_us, the queue limit and worker_priority:
+// the underlay and worker knobs.
 #include "tests/unit/conf/conf_test_util.hpp"
 
 using namespace esptun;
@@ -107,4 +107,15 @@ TEST_CASE("queue_target_us / queue_interval_ms: 1 ms in 20 ms by default, target
 	                   "queue_target_us (20000) must be shorter than queue_interval_ms (20 ms)");
 	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "queue_target_us = \"1ms\""), Role::gateway, 7,
 	                   "must be an integer");
+}
+
+TEST_CASE("worker_priority: realtime by default, normal on request, nothing else") {
+	CHECK(parse_config(gateway_lines().text(), "test.toml", Role::gateway).tunnel.realtime_workers);
+	CHECK(tunnel_with("worker_priority = \"realtime\"").realtime_workers);
+	CHECK_FALSE(tunnel_with("worker_priority = \"normal\"").realtime_workers);
+	CHECK_CONFIG_ERROR(
+	    gateway_lines().insert_after(6, "worker_priority = \"high\""), Role::gateway, 7,
+	    "worker_priority \"high\" is unknown; use \"realtime\" (the default) or \"normal\"");
+	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "worker_priority = true"), Role::gateway, 7,
+	                   "must be a string");
 }

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <functional>
+#include <sched.h>
 #include <sstream>
 #include <string>
 #include <sys/mount.h>
@@ -184,6 +185,38 @@ TEST_CASE("drop_to_user: nobody with CAP_NET_ADMIN only and no_new_privs") {
 	CHECK(r.output.find("NoNewPrivs=1\n") != std::string::npos);
 	CHECK(r.output.find("setuid refused") != std::string::npos);
 	CHECK(r.output.find("shadow refused") != std::string::npos);
+}
+
+TEST_CASE("drop_to_user: CAP_SYS_NICE kept beside CAP_NET_ADMIN when asked for") {
+	REQUIRE_MESSAGE(::geteuid() == 0, "the privilege tests need root");
+	const RunAs nobody = lookup_user("nobody");
+	const ChildResult r = in_child([&] {
+		const bool kept = drop_to_user(nobody, true);
+		say(std::string(kept ? "kept\n" : "not kept\n") + "CapEff=" + status_field("CapEff") +
+		    "\nCapBnd=" + status_field("CapBnd") + "\n");
+		// The filter lets the thread change its own policy with it, and no one else's.
+		if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return 2;
+		install_syscall_filter();
+		sched_param p{};
+		p.sched_priority = 5;
+		say(::sched_setscheduler(0, SCHED_FIFO, &p) == 0 ? "fifo\n" : "no fifo\n");
+		p.sched_priority = 0;
+		say(::sched_setscheduler(0, SCHED_OTHER, &p) == 0 ? "other\n" : "no other\n");
+		say("still alive\n");
+		::sched_setscheduler(::getppid(), SCHED_OTHER, &p); // not pid 0: SIGSYS
+		return 0;
+	});
+	INFO("child output: " << r.output);
+	// CAP_NET_ADMIN is bit 12, CAP_SYS_NICE bit 23.
+	CHECK(r.output.find("kept\n") == 0);
+	CHECK(r.output.find("CapEff=0000000000801000\n") != std::string::npos);
+	CHECK(r.output.find("CapBnd=0000000000801000\n") != std::string::npos);
+	CHECK(r.output.find("fifo\n") != std::string::npos);
+	CHECK(r.output.find("no fifo") == std::string::npos);
+	CHECK(r.output.find("other\n") != std::string::npos);
+	CHECK(r.output.find("still alive") != std::string::npos);
+	REQUIRE(WIFSIGNALED(r.status));
+	CHECK(WTERMSIG(r.status) == SIGSYS);
 }
 
 TEST_CASE("drop_to_user: refuses a process that already has threads") {
