@@ -172,6 +172,14 @@ WorkerThreads::WorkerThreads(Workers& workers, asio::io_context& io, int stop, b
 			          info.worker_priority_reason + ")");
 		}
 	}
+	// This thread is the control loop's: an ordinary thread again however
+	// the loop below ends (a thread that cannot start throws).
+	struct StepDown {
+		bool on;
+		~StepDown() {
+			if (on) platform::set_realtime(false);
+		}
+	} step_down{elevated};
 	for (auto& wk : workers_) {
 		if (elevated) wk->plane->set_precedence();
 		wk->thread = std::jthread([&io, stop, w = wk.get()] {
@@ -179,7 +187,6 @@ WorkerThreads::WorkerThreads(Workers& workers, asio::io_context& io, int stop, b
 			if (w->err) io.stop(); // the gateway cannot forward: stop and say why
 		});
 	}
-	if (elevated) platform::set_realtime(false); // this thread: the control loop, ordinary
 }
 
 WorkerThreads::~WorkerThreads() { platform::eventfd_signal(stop_); }

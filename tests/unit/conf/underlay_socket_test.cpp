@@ -113,9 +113,8 @@ TEST_CASE("worker_priority: realtime by default, normal on request, nothing else
 	CHECK(parse_config(gateway_lines().text(), "test.toml", Role::gateway).tunnel.realtime_workers);
 	CHECK(tunnel_with("worker_priority = \"realtime\"").realtime_workers);
 	CHECK_FALSE(tunnel_with("worker_priority = \"normal\"").realtime_workers);
-	CHECK_CONFIG_ERROR(
-	    gateway_lines().insert_after(6, "worker_priority = \"high\""), Role::gateway, 7,
-	    "worker_priority \"high\" is unknown; use \"realtime\" (the default) or \"normal\"");
+	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "worker_priority = \"high\""), Role::gateway, 7,
+	                   "worker_priority 'high' is unknown; use \"realtime\" (the default) or \"normal\"");
 	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "worker_priority = true"), Role::gateway, 7,
 	                   "must be a string");
 }

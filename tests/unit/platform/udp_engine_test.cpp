@@ -554,6 +554,22 @@ TEST_CASE_TEMPLATE("engine: each datagram's arrival time, when asked for, beside
 		// on a loaded machine can be after send_batch() returned (ksoftirqd
 		// runs it later), so the bound is the moment it is seen readable.
 		REQUIRE(b.sock.enable_rx_timestamps());
+		// The kernel turns arrival stamps on for the whole host through a
+		// deferred static key: until that work has run, a datagram carries
+		// no stamp and recvmsg() reports the time it was read instead (seen
+		// once in a CI-like run). Wait until one arrives stamped.
+		bool stamped_on_arrival = false;
+		for (int i = 0; i < 100 && !stamped_on_arrival; i++) {
+			REQUIRE(
+			    a.engine->send_batch(std::vector<SendSlot>{{bytes_of(payload), to, 1}}).count ==
+			    1);
+			REQUIRE(wait_readable(b.engine->poll_fd()));
+			const int64_t seen = realtime_ns();
+			std::this_thread::sleep_for(std::chrono::milliseconds(2));
+			REQUIRE(b.engine->recv_batch(rx.slots).count == 1);
+			stamped_on_arrival = rx.slots[0].rx_ns != 0 && rx.slots[0].rx_ns <= seen;
+		}
+		REQUIRE(stamped_on_arrival);
 		const int64_t before = realtime_ns();
 		REQUIRE(a.engine->send_batch(std::vector<SendSlot>{{bytes_of(payload), to, 1}}).count == 1);
 		REQUIRE(wait_readable(b.engine->poll_fd()));
