@@ -68,7 +68,9 @@ std::optional<size_t> Engine::match_peer(const Identity& who) const {
 	if (!peer_index_valid_) {
 		peers_by_id_.clear();
 		dn_peers_.clear();
+		template_peers_.clear();
 		for (size_t i = 0; i < peers_.size(); i++) {
+			if (active_[i] && peers_[i].is_template()) template_peers_.push_back(i);
 			if (!active_[i] || peers_[i].is_template() || peers_[i].template_of) continue;
 			if (peers_[i].remote_id.type == IdType::der_asn1_dn)
 				dn_peers_.push_back(i);
@@ -88,10 +90,11 @@ std::optional<size_t> Engine::match_peer(const Identity& who) const {
 		found = it->second;
 	}
 	if (found) return found;
+	// The templates in index order (a user's instance is none of them, so
+	// thousands of users connected add nothing to this walk).
 	const std::string text = identity_text(who);
-	for (size_t i = 0; i < peers_.size(); i++)
-		if (active_[i] && peers_[i].is_template() && pattern_matches(peers_[i].remote_pattern, text))
-			return i;
+	for (const size_t i : template_peers_)
+		if (pattern_matches(peers_[i].remote_pattern, text)) return i;
 	return std::nullopt;
 }
 
@@ -178,9 +181,14 @@ void Engine::end_instances() {
 	ending.erase(std::unique(ending.begin(), ending.end()), ending.end());
 	for (const size_t i : ending) {
 		if (i >= peers_.size() || !peers_[i].template_of) continue; // ended already
-		// A successor (the user's rekeyed or new IKE SA) keeps it.
-		if (std::any_of(sas_.begin(), sas_.end(), [&](const auto& kv) {
-			    return kv.second->peer == i && kv.second->state != IkeSa::State::closed;
+		// A successor (the user's rekeyed or new IKE SA) keeps it. Its IKE
+		// SAs are in peer_sas_ (a handful), not all the gateway's.
+		if (const auto list = peer_sas_.find(i);
+		    list != peer_sas_.end() &&
+		    std::any_of(list->second.begin(), list->second.end(), [&](uint64_t key) {
+			    const auto sa = sas_.find(key);
+			    return sa != sas_.end() && sa->second->peer == i &&
+			           sa->second->state != IkeSa::State::closed;
 		    }))
 			continue;
 		const std::string name = peers_[i].name;
