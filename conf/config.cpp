@@ -205,6 +205,10 @@ Config Loader::load(std::string_view text) {
 	check_keys(root, kTopKeys, "the top level");
 
 	config_.tunnel.listen = Endpoint{IpAddress::v4(0), kDefaultPort};
+	// Real-time workers by default where one user's latency beside a
+	// download is what matters (a client); a gateway serving many peers
+	// pays for them in CPU per GB (docs/latency-under-load.md).
+	config_.tunnel.realtime_workers = role_ == Role::client;
 	if (const toml::node* n = typed(root, "tunnel", "the top level", toml::node_type::table,
 	                                "write the tunnel settings under a [tunnel] header")) {
 		tunnel_line_ = line_of(*n);
@@ -445,7 +449,8 @@ void Loader::parse_tunnel(const toml::table& t) {
 	if (auto v = get_string(t, "worker_priority", where)) {
 		if (v->value != "realtime" && v->value != "normal")
 			fail(v->line, "worker_priority " + q(v->value) +
-			                  " is unknown; use \"realtime\" (the default) or \"normal\"");
+			                  " is unknown; use \"realtime\" or \"normal\" (the default for a "
+			                  "client is realtime, for a gateway normal)");
 		tc.realtime_workers = v->value == "realtime";
 	}
 

@@ -172,12 +172,13 @@ struct TunnelConfig {
 	/// 0 = off.
 	uint32_t queue_target_us = kDefaultQueueTargetUs;
 	uint32_t queue_interval_ms = kDefaultQueueIntervalMs;
-	/// The workers run under SCHED_FIFO (lowest band) while they use less
-	/// than most of a CPU, so a packet is handled when it arrives rather
+	/// The workers run under SCHED_FIFO (lowest band) while they have work
+	/// and wait for a CPU, so a packet is handled when it arrives rather
 	/// than when the scheduler next gives the worker its share
 	/// (datapath/precedence.hpp); false: ordinary threads. Key
-	/// worker_priority, "realtime" (default) or "normal".
-	bool realtime_workers = true;
+	/// worker_priority, "realtime" or "normal"; the loader's default is
+	/// realtime for a client, normal for a gateway.
+	bool realtime_workers = false;
 	std::string control_socket; ///< default /run/esptun/<interface>.sock
 	/// Where outbound sequence numbers are kept across restarts
 	/// (<state_dir>/esptun.seq, keyed by a fingerprint of each key: service/seq_state.hpp)

@@ -11,14 +11,14 @@
 #      and the flow queue on, and the probe latency, B's sampled sojourn and
 #      the throughput are printed;
 #   2. the receive limit (A's flow queue off) with a 2 ms interval while B's
-#      gateway (workers as ordinary threads) is stopped three times for 50 ms (SIGSTOP): each pause leaves
+#      gateway is stopped three times for 50 ms (SIGSTOP): each pause leaves
 #      a queue in B's socket that takes longer than the interval to drain,
 #      so the limit must engage and mark the ECN-capable stream; the marks
 #      must reach B's TCP (IpExtInCEPkts in netns B) and the stream go on;
 #   3. the same pauses with both off: nothing engages, nothing is marked or
 #      dropped, and B's TCP sees no CE;
-#   4. the flow queue (B's limit off) while A's gateway (workers as ordinary
-#      threads) runs 10 ms out of every 40 (SIGSTOP/SIGCONT): it sends slower than TCP offers, so what
+#   4. the flow queue (B's limit off) while A's gateway runs 10 ms out of
+#      every 40 (SIGSTOP/SIGCONT): it sends slower than TCP offers, so what
 #      A reads ahead waits in its flow queue through each stop; the queue
 #      must engage, mark the stream CE in the inner header before
 #      encryption, and B's TCP must receive the marks;
@@ -166,13 +166,7 @@ def body(rep, build):
              f"B's sampled sojourn p50/p90 {fig['sojourn_us_p50']}/{fig['sojourn_us_p90']} us")
 
     rep.section(f"a standing queue: B stopped {PAUSES} times for {PAUSE_S * 1000:.0f} ms, limit on")
-    # B's workers as ordinary threads, in this case and the next: a real-time
-    # worker (the default) empties what a 50 ms stop left in its socket too
-    # quickly for the queue to stand for an interval; the limit is about a
-    # worker that is outrun, and a saturated worker steps down to an ordinary
-    # thread by itself (datapath/precedence.hpp).
-    normal = {"worker_priority": "normal"}
-    fig, st_a, st = run_case(rep, build, tmp, "limit", 1, off, {"queue_interval_ms": 2, **normal}, pause="b")
+    fig, st_a, st = run_case(rep, build, tmp, "limit", 1, off, {"queue_interval_ms": 2}, pause="b")
     q = st["queue"]
     rep.check(q["engaged"] >= 1 and q["marks"] >= 1,
               f"[limit] it engaged ({q['engaged']} times) and marked the ECN-capable stream "
@@ -182,7 +176,7 @@ def body(rep, build):
               "CE-marked packets (IpExtInCEPkts)", json.dumps(fig))
 
     rep.section("the same pauses, queue_target_us = 0 on both")
-    fig, st_a, st = run_case(rep, build, tmp, "nolimit", 2, off, {**off, **normal}, pause="b")
+    fig, st_a, st = run_case(rep, build, tmp, "nolimit", 2, off, off, pause="b")
     q = st["queue"]
     rep.check(not q["limit"] and q["engaged"] == 0 and q["marks"] == 0 and q["drops"] == 0,
               "[nolimit] the status shows no limit; never engaged, nothing marked or dropped",
@@ -191,9 +185,7 @@ def body(rep, build):
 
     rep.section(f"a standing queue in A: A runs {DUTY_RUN_S * 1000:.0f} ms of every "
                 f"{(DUTY_RUN_S + DUTY_STOP_S) * 1000:.0f}, flow queue on")
-    # A's workers as ordinary threads, for the same reason: a real-time one
-    # empties the backlog a stop left in the tun within its 10 ms turn.
-    fig, st_a, st = run_case(rep, build, tmp, "flowq", 3, normal, off, pause="a")
+    fig, st_a, st = run_case(rep, build, tmp, "flowq", 3, {}, off, pause="a")
     tq = st_a["tx_queue"]
     rep.check(tq["on"] and tq["engaged"] >= 1 and tq["marks"] >= 1,
               f"[flowq] A's flow queue engaged ({tq['engaged']} times) and marked the ECN-capable "
@@ -205,7 +197,7 @@ def body(rep, build):
               "CE-marked packets", json.dumps(fig))
 
     rep.section("the same duty cycle, queue_target_us = 0 on both")
-    fig, st_a, st = run_case(rep, build, tmp, "noflowq", 4, {**off, **normal}, off, pause="a")
+    fig, st_a, st = run_case(rep, build, tmp, "noflowq", 4, off, off, pause="a")
     tq = st_a["tx_queue"]
     rep.check(not tq["on"] and tq["engaged"] == 0 and tq["marks"] == 0,
               "[noflowq] A's status shows no flow queue; nothing engaged or marked", json.dumps(tq))

@@ -38,9 +38,9 @@ OLD_BOUNDING_SET = ["CAP_NET_ADMIN"]  # the unit as shipped before issue 16
 CAP_BITS = {"CAP_NET_BIND_SERVICE": 10, "CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13,
             "CAP_SYS_ADMIN": 21, "CAP_IPC_LOCK": 14, "CAP_SETUID": 7, "CAP_SETGID": 6,
             "CAP_SETPCAP": 8, "CAP_CHOWN": 0, "CAP_SYS_NICE": 23}
-# What the gateway keeps once set up (drop_privileges, on by default; and
-# CAP_SYS_NICE for worker_priority = "realtime", the default).
-KEPT_AFTER_SETUP = ["CAP_NET_ADMIN", "CAP_SYS_NICE"]
+# What the gateway keeps once set up (drop_privileges, on by default; the
+# unit also allows CAP_SYS_NICE, kept only with worker_priority = "realtime").
+KEPT_AFTER_SETUP = ["CAP_NET_ADMIN"]
 
 
 def unit_caps(text, key):
@@ -163,7 +163,7 @@ def body(rep, build):
         rep.check(500 in ports and 4500 in ports, "UDP 500 and 4500 are bound", f"bound: {ports}")
         caps = proc_caps(ep.proc.pid)
         rep.equal(caps["CapBnd"], cap_mask(KEPT_AFTER_SETUP),
-                  "the gateway's CapBnd after set-up: CAP_NET_ADMIN and CAP_SYS_NICE, dropped from the unit's set")
+                  "the gateway's CapBnd after set-up: CAP_NET_ADMIN, dropped from the unit's set")
         rep.check(caps["CapEff"] & ~cap_mask(KEPT_AFTER_SETUP) == 0,
                   "no effective capability beyond it", hex(caps["CapEff"]))
     rc = ep.stop(timeout=10)

@@ -4,12 +4,12 @@
 #
 #   netns A: esptun workers=2  ula 10.214.0.1 ==veth== ulb 10.214.0.2  esptun workers=2 :netns B
 #
-# Default (worker_priority = "realtime"): the gateway keeps CAP_SYS_NICE
+# worker_priority = "realtime" (a client's default): the gateway keeps CAP_SYS_NICE
 # beside CAP_NET_ADMIN after dropping privileges; its control thread is an
 # ordinary thread; a TCP transfer through the tunnel steps workers up to
 # SCHED_FIFO (seen in /proc while it runs, and counted in the status) and
 # they step down again once idle; /proc and the status agree on how many
-# run real-time. worker_priority = "normal": no thread ever runs real-time
+# run real-time. worker_priority = "normal" (a gateway's default): no thread ever runs real-time
 # and CAP_SYS_NICE is dropped. A gateway started without CAP_SYS_NICE in
 # its bounding set says why it runs ordinary threads and forwards all the
 # same. What is timing-dependent (how often a worker stepped down for
@@ -106,7 +106,7 @@ def check_transfer(rep, tag, res):
 
 def realtime_case(rep, build, tmp):
     tag = "realtime"
-    opts = {"workers": 2}
+    opts = {"workers": 2, "extra": {"worker_priority": "realtime"}}
     a, b, ea, eb = static_pair.start(rep, build, tmp, "wp", 0, "10.214.0", 0x6400, "p", opts, opts)
     try:
         for name, ep in (("A", ea), ("B", eb)):
@@ -151,7 +151,7 @@ def realtime_case(rep, build, tmp):
 
 def normal_case(rep, build, tmp):
     tag = "normal"
-    opts = {"workers": 2, "extra": {"worker_priority": "normal"}}
+    opts = {"workers": 2}  # a gateway's default
     a, b, ea, eb = static_pair.start(rep, build, tmp, "wp", 1, "10.214.1", 0x6500, "q", opts, opts)
     try:
         for name, ep in (("A", ea), ("B", eb)):
@@ -169,7 +169,7 @@ def normal_case(rep, build, tmp):
 
 def refused_case(rep, build, tmp):
     tag = "refused"
-    opts = {"workers": 2}
+    opts = {"workers": 2, "extra": {"worker_priority": "realtime"}}
     wrap = ("setpriv", "--bounding-set=-sys_nice", "--")
     a, b, ea, eb = static_pair.start(rep, build, tmp, "wp", 2, "10.214.2", 0x6600, "r", opts, opts,
                                      wrap=wrap)
@@ -191,8 +191,8 @@ def refused_case(rep, build, tmp):
 
 def body(rep, build):
     tmp = netns.make_tempdir("wprio")
-    for title, case in (("worker_priority = \"realtime\" (the default)", realtime_case),
-                        ("worker_priority = \"normal\"", normal_case),
+    for title, case in (("worker_priority = \"realtime\"", realtime_case),
+                        ("worker_priority = \"normal\" (a gateway's default)", normal_case),
                         ("no CAP_SYS_NICE: refused, and said so", refused_case)):
         rep.section(title)
         try:

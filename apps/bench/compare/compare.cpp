@@ -380,7 +380,7 @@ cli::Verb add_compare(CLI::App& bench, const std::string& command_line) {
 	    "(default all), and, only when named, esptun-direct-busypoll (busy_poll_us = 50),\n"
 	    "esptun-direct-nowakepoll (wake_poll_us = 0), esptun-direct-nolimit\n"
 	    "(queue_target_us = 0: no queue limit, no send flow queue) and\n"
-	    "esptun-direct-normal (worker_priority = \"normal\"). --wireguard-go: the\n"
+	    "esptun-direct-realtime (worker_priority = \"realtime\"). --wireguard-go: the\n"
 	    "wireguard-go program (default: the one in PATH); given more than once (up to\n"
 	    "4), one row per build, named after its version. --quick: 2 s tests, 50 pings\n"
 	    "(default 10 s, 200 pings). Needs root.");

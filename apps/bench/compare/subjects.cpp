@@ -540,7 +540,7 @@ std::vector<std::unique_ptr<Subject>> make_subjects(const SubjectOptions& opt) {
 	v.push_back(EsptunSubject::variant("direct", "nowakepoll", "wake_poll_us = 0", 'n', 8, 4508));
 	v.push_back(EsptunSubject::variant("direct", "nolimit", "queue_target_us = 0", 'q', 11, 4511));
 	v.push_back(
-	    EsptunSubject::variant("direct", "normal", "worker_priority = \"normal\"", 'o', 12, 4512));
+	    EsptunSubject::variant("direct", "realtime", "worker_priority = \"realtime\"", 'o', 12, 4512));
 	const std::vector<WireguardGo> wgs =
 	    opt.wireguard_go.empty() ? std::vector<WireguardGo>{{find_program("wireguard-go"), ""}}
 	                             : opt.wireguard_go;

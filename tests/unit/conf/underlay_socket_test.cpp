@@ -109,12 +109,18 @@ TEST_CASE("queue_target_us / queue_interval_ms: 1 ms in 20 ms by default, target
 	                   "must be an integer");
 }
 
-TEST_CASE("worker_priority: realtime by default, normal on request, nothing else") {
-	CHECK(parse_config(gateway_lines().text(), "test.toml", Role::gateway).tunnel.realtime_workers);
+TEST_CASE("worker_priority: realtime by default for a client, normal for a gateway; either on request") {
+	CHECK_FALSE(parse_config(gateway_lines().text(), "test.toml", Role::gateway).tunnel.realtime_workers);
 	CHECK(tunnel_with("worker_priority = \"realtime\"").realtime_workers);
 	CHECK_FALSE(tunnel_with("worker_priority = \"normal\"").realtime_workers);
-	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "worker_priority = \"high\""), Role::gateway, 7,
-	                   "worker_priority 'high' is unknown; use \"realtime\" (the default) or \"normal\"");
+	CHECK(parse_config(client_lines().text(), "test.toml", Role::client).tunnel.realtime_workers);
+	CHECK_FALSE(parse_config(client_lines().insert_after(1, "worker_priority = \"normal\"").text(),
+	                         "test.toml", Role::client)
+	                .tunnel.realtime_workers);
+	CHECK_CONFIG_ERROR(
+	    gateway_lines().insert_after(6, "worker_priority = \"high\""), Role::gateway, 7,
+	    "worker_priority 'high' is unknown; use \"realtime\" or \"normal\" (the default for a "
+	    "client is realtime, for a gateway normal)");
 	CHECK_CONFIG_ERROR(gateway_lines().insert_after(6, "worker_priority = true"), Role::gateway, 7,
 	                   "must be a string");
 }
