@@ -12,14 +12,16 @@
 // - while it uses most of a CPU (a flood): a real-time thread that never
 //   sleeps would starve the IKE thread, the control socket and everything
 //   else on its CPU; it steps up again once its load leaves room;
-// - while it is nearly idle: a real-time wake-up lands on the CPU the
-//   worker ran on last and preempts whatever runs there, where an ordinary
-//   one may go to an idle CPU, and the idle worker's wake-up polling
-//   (DataPlane::set_wake_poll()) then does better; measured in
-//   docs/latency-under-load.md.
+// - while it is nearly idle, or gets a CPU at once anyway (it did not wait
+//   on a run queue): then running ahead gains nothing, and a real-time
+//   wake-up lands on the CPU the worker ran on last and preempts whatever
+//   runs there, where an ordinary one may go to an idle CPU; the idle
+//   worker's wake-up polling (DataPlane::set_wake_poll()) does better.
+//   Measured in docs/latency-under-load.md.
 //
-// Pure: the clocks are passed in (wall time and the thread's CPU time); the
-// caller changes the thread's policy when update() says so. One per worker.
+// Pure: the clocks are passed in (wall time, the thread's CPU time and its
+// run-queue waits); the caller changes the thread's policy when update()
+// says so. One per worker.
 #pragma once
 
 #include <cstdint>
