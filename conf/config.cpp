@@ -41,35 +41,17 @@ std::string_view tun_io_name(TunIo io) noexcept {
 namespace detail {
 
 constexpr std::string_view kTopKeys[] = {"tunnel", "peer", "redirect"};
-constexpr std::string_view kTunnelKeys[] = {"interface",
-                                            "addresses",
-                                            "listen",
-                                            "mtu",
-                                            "tun_io",
-                                            "control_socket",
-                                            "route_all",
-                                            "direct_write_max",
-                                            "crypto_impl",
-                                            "udp_gso",
-                                            "socket_buffer",
-                                            "busy_poll_us",
-                                            "state_dir",
-                                            "tun_offload",
-                                            "workers",
-                                            "io_engine",
-                                            "udp_gro",
-                                            "ike_port",
-                                            "local_id",
-                                            "address_pool",
-                                            "dns",
-                                            "wake_poll_us",
-                                            "kill_switch",
-                                            "drop_privileges",
-                                            "user",
-                                            "ike_fragment_size",
-                                            "queue_target_us",
-                                            "queue_interval_ms",
-                                            "worker_priority"};
+// clang-format off
+constexpr std::string_view kTunnelKeys[] = {
+    "interface",   "addresses",         "listen",          "mtu",
+    "tun_io",      "control_socket",    "route_all",       "direct_write_max",
+    "crypto_impl", "udp_gso",           "socket_buffer",   "busy_poll_us",
+    "state_dir",   "tun_offload",       "workers",         "io_engine",
+    "udp_gro",     "ike_port",          "local_id",        "address_pool",
+    "dns",         "wake_poll_us",      "kill_switch",     "drop_privileges",
+    "user",        "ike_fragment_size", "queue_target_us", "queue_interval_ms",
+    "worker_priority"};
+// clang-format on
 constexpr std::string_view kPeerKeys[] = {"name",
                                           "endpoint",
                                           "allowed_ips",
@@ -205,9 +187,7 @@ Config Loader::load(std::string_view text) {
 	check_keys(root, kTopKeys, "the top level");
 
 	config_.tunnel.listen = Endpoint{IpAddress::v4(0), kDefaultPort};
-	// Real-time workers by default where one user's latency beside a
-	// download is what matters (a client); a gateway serving many peers
-	// pays for them in CPU per GB (docs/latency-under-load.md).
+	// Real-time workers cost a gateway of many peers CPU per GB (docs/latency-under-load.md).
 	config_.tunnel.realtime_workers = role_ == Role::client;
 	if (const toml::node* n = typed(root, "tunnel", "the top level", toml::node_type::table,
 	                                "write the tunnel settings under a [tunnel] header")) {

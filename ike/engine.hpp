@@ -724,11 +724,10 @@ private:
 	/// Built on first use after peers_changed(): configured (not template,
 	/// not instance) peers by exact identity (type byte, then the bytes),
 	/// the lowest index for each; the DN-typed ones apart, since DNs match
-	/// by dn_equal(); the templates; and what cert_init_payloads() returns. Templates'
+	/// by dn_equal(); the active templates in order; and what cert_init_payloads() returns. Templates'
 	/// instances are in none of them, so a user's login does not make them stale.
 	mutable std::unordered_map<std::string, size_t> peers_by_id_;
-	mutable std::vector<size_t> dn_peers_;
-	mutable std::vector<size_t> template_peers_; ///< active templates, in index order
+	mutable std::vector<size_t> dn_peers_, template_peers_;
 	mutable std::optional<std::vector<Payload>> cert_init_cache_;
 	mutable bool peer_index_valid_ = false;
 	std::vector<Clock::time_point> restart_at_; ///< per peer: when to initiate again
