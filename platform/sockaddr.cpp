@@ -2,8 +2,11 @@
 #include "platform/sockaddr.hpp"
 
 #include <arpa/inet.h>
+#include <cerrno>
 #include <cstring>
 #include <netinet/in.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 namespace esptun::platform {
 
@@ -60,6 +63,19 @@ std::optional<Endpoint> from_sockaddr(const sockaddr_storage& sa, socklen_t len)
 		return ep;
 	}
 	return std::nullopt;
+}
+
+bool unix_socket_listening(const std::string& path) noexcept {
+	sockaddr_un sa{};
+	sa.sun_family = AF_UNIX;
+	if (path.empty() || path.size() >= sizeof sa.sun_path) return false;
+	path.copy(sa.sun_path, path.size());
+	const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) return true;
+	const bool refused = ::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0 &&
+	                     (errno == ECONNREFUSED || errno == ENOENT || errno == ENOTSOCK);
+	::close(fd);
+	return !refused;
 }
 
 } // namespace esptun::platform

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <sys/socket.h>
 
 #include "base/inet.hpp"
@@ -39,5 +40,18 @@ std::optional<Endpoint> from_sockaddr(const sockaddr_storage& sa, socklen_t len)
  * @f: the project's family value
  */
 constexpr int address_family(Family f) noexcept { return f == Family::v4 ? AF_INET : AF_INET6; }
+
+/**
+ * unix_socket_listening() - whether a stream connection to the AF_UNIX
+ * socket at @path is accepted now (the connection is closed at once)
+ *
+ * The socket file appears when the listener binds, before it listens: a
+ * file that exists is not yet a socket that answers (ECONNREFUSED until
+ * listen()). False also for no file, or a file nothing listens on any more
+ * (a process that died or could not remove it); true when the check itself
+ * cannot be made (no socket to connect with), so the caller's own request
+ * says what is wrong.
+ */
+bool unix_socket_listening(const std::string& path) noexcept;
 
 } // namespace esptun::platform

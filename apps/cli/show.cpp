@@ -6,6 +6,7 @@
 #include "apps/cli/show.hpp"
 
 #include "conf/config.hpp"
+#include "platform/sockaddr.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -444,32 +445,12 @@ std::string render_prometheus(const std::vector<EndpointStatus>& endpoints) {
 	return m.text();
 }
 
-namespace {
-
-/// listening() - false when nothing listens on the socket at @path any more:
-/// an endpoint that ran without the privilege to remove its socket on exit
-/// (it runs as an unprivileged user, /run/esptun is root's) leaves it behind
-/// until the next start with that interface replaces it.
-bool listening(const std::string& path) {
-	sockaddr_un sa{};
-	sa.sun_family = AF_UNIX;
-	if (path.size() >= sizeof sa.sun_path) return false;
-	path.copy(sa.sun_path, path.size());
-	const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) return true; // cannot tell: let the query say what is wrong
-	const bool refused = ::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0 &&
-	                     (errno == ECONNREFUSED || errno == ENOENT);
-	::close(fd);
-	return !refused;
-}
-
-} // namespace
-
 std::vector<std::string> running_sockets() {
 	std::vector<std::string> out;
 	std::error_code ec;
 	for (const auto& entry : std::filesystem::directory_iterator(conf::kControlSocketDir, ec))
-		if (entry.is_socket(ec) && entry.path().extension() == ".sock" && listening(entry.path()))
+		if (entry.is_socket(ec) && entry.path().extension() == ".sock" &&
+		    platform::unix_socket_listening(entry.path()))
 			out.push_back(entry.path());
 	std::sort(out.begin(), out.end());
 	return out;

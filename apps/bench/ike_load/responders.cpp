@@ -186,8 +186,8 @@ public:
 	void kill() override {
 		if (child_.running()) ::kill(child_.pid(), SIGKILL);
 		child_.stop(Millis(5000));
-		// What a killed charon leaves: its VICI socket (the next one's
-		// readiness is that file appearing) and its PID file.
+		// What a killed charon leaves: its VICI socket file (nothing
+		// listens on it; the next charon binds its own) and its PID file.
 		std::error_code ec;
 		std::filesystem::remove(files_.vici, ec);
 		std::filesystem::remove(files_.dir + "/run/charon.pid", ec);

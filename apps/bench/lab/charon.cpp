@@ -4,6 +4,7 @@
 #include "apps/bench/lab/command.hpp"
 #include "apps/bench/lab/temp_dir.hpp"
 #include "base/error.hpp"
+#include "platform/sockaddr.hpp"
 
 #include <fcntl.h>
 #include <filesystem>
@@ -84,13 +85,16 @@ Child start_charon(const std::string& netns, const CharonFiles& files, const std
 		execl(kCharon, kCharon, static_cast<char*>(nullptr));
 		throw_errno(std::string("exec ") + kCharon);
 	});
+	// Ready once VICI accepts a connection: its socket file appears when
+	// charon binds it, before it listens, and a swanctl that came in between
+	// was refused (seen once in CI).
 	const auto deadline = Clock::now() + timeout;
-	while (!exists(files.vici)) {
+	while (!platform::unix_socket_listening(files.vici)) {
 		if (auto st = c.poll())
 			throw std::runtime_error(std::string("charon exited (") + describe_status(*st) +
 			                         "); the end of its log:\n" + log_end(files.log));
 		if (Clock::now() > deadline)
-			throw std::runtime_error(files.vici + " did not appear within " +
+			throw std::runtime_error(files.vici + " did not accept a connection within " +
 			                         std::to_string(timeout.count()) +
 			                         " ms; the end of charon's log:\n" + log_end(files.log));
 		sleep_for(Millis(20));
