@@ -240,6 +240,12 @@ def body(rep, build):
             rep.check(s["cpu_s_per_gb"] is None, f"{name}: no CPU/GB figure (no tunnel process)")
         else:
             rep.check((s["cpu_s_per_gb"] or 0) > 0, f"{name}: CPU {s['cpu_s_per_gb']} s/GB > 0")
+        # The machine's CPU per GB covers the tunnel's own, for every subject
+        # (both read in clock ticks: 10% for the rounding of a short test).
+        rep.check((s["machine_cpu_s_per_gb"] or 0) > 0
+                  and (s["machine_cpu_s_per_gb"] or 0) >= 0.9 * (s["cpu_s_per_gb"] or 0),
+                  f"{name}: the machine's CPU {s['machine_cpu_s_per_gb']} s/GB > 0, not below "
+                  f"the tunnel's ({s['cpu_s_per_gb']})")
         rep.check(not s["errors"], f"{name}: no test failed", "; ".join(s["errors"]))
     peers = {q["peer"] for q in doc["ratios"]["peers"]}
     rep.check({"wireguard-go", "openvpn-gcm", "openvpn-cbc", "strongswan"} <= peers,
@@ -263,6 +269,12 @@ def body(rep, build):
               or (r["ping_tcp1_p99_ms"] != "" and abs(float(r["ping_tcp1_p99_ms"])
                                                       - s["ping_under_tcp1"]["p99_ms"]) > 2e-4)]
     rep.check(not differ, "CSV ping-under-TCP-1 p99 as in the JSON", "; ".join(differ))
+    differ = [f"{r['subject']}: CSV {r['machine_cpu_s_per_gb']!r}, JSON {s['machine_cpu_s_per_gb']}"
+              for r, s in zip(rows, doc["subjects"])
+              if (r["machine_cpu_s_per_gb"] == "") != (s["machine_cpu_s_per_gb"] is None)
+              or (r["machine_cpu_s_per_gb"] != "" and abs(float(r["machine_cpu_s_per_gb"])
+                                                          - s["machine_cpu_s_per_gb"]) > 2e-4)]
+    rep.check(not differ, "CSV machine CPU per GB as in the JSON", "; ".join(differ))
 
     rep.section("SVG")
     tree = ET.parse(os.path.join(tmp, "compare.svg"))

@@ -268,13 +268,14 @@ int run(const CompareOptions& opt) {
 	round_robin(live, "tcp-1", iperf_step, eta, [&](Live& l) {
 		std::vector<pid_t> pids =
 		    l.subject->counts_cpu() ? l.subject->tunnel_pids() : std::vector<pid_t>{};
-		double cpu0 = cpu_seconds(pids);
+		const double cpu0 = cpu_seconds(pids), all0 = machine_busy_seconds();
 		IperfResult r = run_iperf(topo.b(), topo.a(), l.subject->dst(), IperfTest::tcp1, opt.duration,
 		                          tmp.path());
-		double cpu1 = cpu_seconds(pids);
+		const double cpu1 = cpu_seconds(pids), all1 = machine_busy_seconds();
 		l.row->tcp1_gbps = r.gbps;
-		if (l.subject->counts_cpu() && r.bytes > 0)
-			l.row->cpu_s_per_gb = (cpu1 - cpu0) / (static_cast<double>(r.bytes) / 1e9);
+		const double gb = static_cast<double>(r.bytes) / 1e9;
+		if (l.subject->counts_cpu() && r.bytes > 0) l.row->cpu_s_per_gb = (cpu1 - cpu0) / gb;
+		if (r.bytes > 0) l.row->machine_cpu_s_per_gb = (all1 - all0) / gb;
 		return two(r.gbps, "");
 	});
 	round_robin(live, "tcp-4", iperf_step, eta, [&](Live& l) {
@@ -374,7 +375,8 @@ cli::Verb add_compare(CLI::App& bench, const std::string& command_line) {
 	    "kernel's WireGuard and XFRM ESP (where it has them) between two namespaces,\n"
 	    "interleaved: iperf3 TCP 1/4 streams, UDP 1400 B, ping (idle, beside one TCP\n"
 	    "stream, beside four and a 100 Mbit/s UDP flow) and UDP request/response\n"
-	    "p50/p99, tunnel CPU s/GB; writes compare.{json,csv,svg} to DIR (default .).\n"
+	    "p50/p99, CPU s/GB (the tunnel's processes and the whole machine); writes\n"
+	    "compare.{json,csv,svg} to DIR (default .).\n"
 	    "Peers: veth, esptun, esptun-direct, esptun-vhost, wireguard-go, openvpn,\n"
 	    "openvpn-gcm, openvpn-cbc, strongswan, kernel, kernel-wireguard, kernel-esp\n"
 	    "(default all), and, only when named, esptun-direct-busypoll (busy_poll_us = 50),\n"

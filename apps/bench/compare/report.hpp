@@ -18,6 +18,10 @@ struct Row {
 	std::optional<double> tcp1_gbps, tcp4_gbps, udp_gbps, udp_loss_pct;
 	std::optional<double> ping_p50_ms, ping_p99_ms, rr_p50_ms, rr_p99_ms;
 	std::optional<double> cpu_s_per_gb;
+	/// The whole machine's CPU time over the same test per GB (every subject,
+	/// veth included): what the tunnel costs wherever the kernel does its
+	/// work, in the tunnel's threads or in the transfer's own processes.
+	std::optional<double> machine_cpu_s_per_gb;
 	unsigned ping_sent = 0, ping_received = 0, rr_sent = 0, rr_received = 0;
 	/// Ping while one TCP stream (load1) / four TCP streams and a paced UDP
 	/// flow (load4) run through the tunnel, and what the TCP streams moved.
@@ -30,8 +34,9 @@ struct Row {
 /// Ratio - esptun's figure divided by a peer's, from the same run.
 struct Ratio {
 	std::string peer;
-	std::optional<double> tcp1;       ///< esptun TCP-1 / peer TCP-1 (higher is better)
-	std::optional<double> cpu_per_gb; ///< esptun CPU/GB / peer CPU/GB (lower is better)
+	std::optional<double> tcp1;               ///< esptun TCP-1 / peer TCP-1 (higher is better)
+	std::optional<double> cpu_per_gb;         ///< esptun CPU/GB / peer CPU/GB (lower is better)
+	std::optional<double> machine_cpu_per_gb; ///< the same for the machine's CPU/GB
 };
 
 /// Report - everything one run measured.
