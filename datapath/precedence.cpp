@@ -21,7 +21,8 @@ Precedence::Change Precedence::update(int64_t now_ns, int64_t cpu_ns,
 	if (wall <= 0) return Change::none; // a clock that did not move judges nothing
 	const int64_t pct = used <= 0 ? 0 : used >= wall ? 100 : used * 100 / wall;
 	last_pct_ = unsigned(pct);
-	if (elevated_ && (pct >= int64_t(p_.saturated_pct) || pct < int64_t(p_.idle_below_pct))) {
+	saturated_run_ = pct >= int64_t(p_.saturated_pct) ? saturated_run_ + 1 : 0;
+	if (elevated_ && (saturated_run_ >= p_.saturated_windows || pct < int64_t(p_.idle_below_pct))) {
 		elevated_ = false;
 		return Change::lower;
 	}

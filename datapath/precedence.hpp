@@ -9,9 +9,10 @@
 // once it has taken its budget. A worker does much the same: while it has
 // work but leaves room, it runs under SCHED_FIFO, so a packet that wakes it
 // is handled at once. It is an ordinary thread
-// - while it uses most of a CPU (a flood): a real-time thread that never
-//   sleeps would starve the IKE thread, the control socket and everything
-//   else on its CPU; it steps up again once its load leaves room;
+// - once it has used most of a CPU for a few windows in a row (a flood,
+//   not a burst): a real-time thread that never sleeps would starve the
+//   IKE thread, the control socket and everything else on its CPU; it
+//   steps up again once its load leaves room;
 // - while it is nearly idle, or gets a CPU at once anyway (it did not wait
 //   on a run queue): then running ahead gains nothing, and a real-time
 //   wake-up lands on the CPU the worker ran on last and preempts whatever
@@ -35,6 +36,9 @@ struct PrecedenceParams {
 	/// Step down when a window's CPU time reaches this share of it (percent):
 	/// saturated...
 	unsigned saturated_pct = 95;
+	/// ...for this many windows in a row (a burst that fills one window is
+	/// not a flood, and each step down costs the probes of a whole window).
+	unsigned saturated_windows = 3;
 	/// ...or falls below this one: nearly idle.
 	unsigned idle_below_pct = 5;
 	/// Step up when a window's CPU time is at least busy_from_pct and below
@@ -88,6 +92,7 @@ private:
 	int64_t window_start_, cpu_start_;
 	std::optional<RunWaits> waits_start_;
 	unsigned last_pct_ = 0;
+	unsigned saturated_run_ = 0; ///< saturated windows in a row, up to now
 	int64_t last_wait_ns_ = 0;
 };
 

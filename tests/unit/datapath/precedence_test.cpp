@@ -44,7 +44,7 @@ TEST_CASE("precedence: a worker with work and room to spare keeps it") {
 	CHECK(w.prec.last_load_pct() == 5);
 }
 
-TEST_CASE("precedence: a saturated worker steps down within one window and stays down") {
+TEST_CASE("precedence: a saturated worker steps down after three windows in a row and stays down") {
 	Worker w;
 	w.run(20, 100);
 	w.run(100, 500);
@@ -81,15 +81,29 @@ TEST_CASE("precedence: a nearly idle worker is an ordinary thread until it has w
 	CHECK(w.changes[2] == Change::lower);
 }
 
-TEST_CASE("precedence: the first window past the threshold is the one that steps down") {
-	// 20 ms windows: 20 ms at full load are enough, 10 ms in one window are not.
+TEST_CASE("precedence: the third saturated window in a row is the one that steps down") {
+	// 20 ms windows: 60 ms at full load are enough; 40 ms are not, nor are
+	// two saturated windows, one with room, and two more.
 	Worker w;
-	w.run(100, 10);
-	w.run(40, 10);
+	w.run(100, 40);
 	CHECK(w.changes.empty());
+	w.run(40, 20);
+	w.run(100, 40);
+	CHECK(w.changes.empty());
+	CHECK(w.prec.last_load_pct() == 100);
 	w.run(100, 20);
 	REQUIRE(w.changes.size() == 1);
 	CHECK(w.changes[0] == Change::lower);
+	// One saturated window at the threshold counts (95%), one just below
+	// (94%) starts the count again.
+	Worker v;
+	v.run(95, 40);
+	v.run(94, 20);
+	v.run(95, 40);
+	CHECK(v.changes.empty());
+	v.run(95, 20);
+	REQUIRE(v.changes.size() == 1);
+	CHECK(v.changes[0] == Change::lower);
 }
 
 TEST_CASE("precedence: a long sleep is one window, judged when the worker wakes") {
@@ -106,7 +120,9 @@ TEST_CASE("precedence: a long sleep is one window, judged when the worker wakes"
 }
 
 TEST_CASE("precedence: clocks that stand still or run backwards change nothing") {
-	Precedence p(PrecedenceParams{}, true, 100 * kMs, 50 * kMs);
+	PrecedenceParams one; // the clocks, not the count of saturated windows
+	one.saturated_windows = 1;
+	Precedence p(one, true, 100 * kMs, 50 * kMs);
 	CHECK(p.update(100 * kMs, 60 * kMs) == Change::none);
 	CHECK(p.update(90 * kMs, 70 * kMs) == Change::none);
 	CHECK(p.elevated());
