@@ -61,8 +61,9 @@ double machine_busy_seconds() {
 	for (double& x : v)
 		if (!(in >> x)) x = 0;
 	// user nice system idle iowait irq softirq steal guest guest_nice; the
-	// guest times are in user and nice already.
-	return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / ticks;
+	// guest times are in user and nice already, and steal is time a
+	// hypervisor gave to someone else, not work done here.
+	return (v[0] + v[1] + v[2] + v[5] + v[6]) / ticks;
 }
 
 } // namespace esptun::bench::lab

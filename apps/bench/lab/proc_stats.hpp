@@ -22,8 +22,8 @@ uint64_t rss_kib(pid_t pid);
 
 /**
  * machine_busy_seconds() - CPU time the whole machine has spent not idle
- * since boot (/proc/stat: every field but idle and iowait), summed over
- * its CPUs. Throws when /proc/stat cannot be read.
+ * since boot (/proc/stat: user, nice, system, irq and softirq; not idle,
+ * iowait or a hypervisor's steal), summed over its CPUs. Throws when /proc/stat cannot be read.
  */
 double machine_busy_seconds();
 
