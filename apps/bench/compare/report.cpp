@@ -239,13 +239,12 @@ std::string json_text(const Report& r) {
 
 std::string csv_text(const Report& r) {
 	std::ostringstream c;
-	c << "subject,detail,version,program,status,tcp1_gbps,tcp4_gbps,udp1400_gbps,udp1400_loss_pct,ping_"
-	     "p50_ms,ping_p99_"
-	     "ms,"
-	     "udp_rr_p50_ms,udp_rr_p99_ms,cpu_s_per_gb,machine_cpu_s_per_gb,ping_tcp1_p50_ms,ping_tcp1_p99_"
-	     "ms,ping_tcp4_udp_p50_"
-	     "ms,"
-	     "ping_tcp4_udp_p99_ms,reason\n";
+	c << "subject,detail,version,program,status,"
+	     "tcp1_gbps,tcp4_gbps,udp1400_gbps,udp1400_loss_pct,"
+	     "ping_p50_ms,ping_p99_ms,udp_rr_p50_ms,udp_rr_p99_ms,"
+	     "cpu_s_per_gb,machine_cpu_s_per_gb,"
+	     "ping_tcp1_p50_ms,ping_tcp1_p99_ms,ping_tcp4_udp_p50_ms,ping_tcp4_udp_p99_ms,"
+	     "reason\n";
 	auto num = [](const std::optional<double>& v) { return v ? fmt(v, 4) : std::string(); };
 	for (const auto& row : r.rows)
 		c << csv_field(row.name) << "," << csv_field(row.detail) << "," << csv_field(row.version)
